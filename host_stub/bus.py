@@ -1,0 +1,76 @@
+"""The event bus: blinker signals in one private ``Namespace`` per host."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from blinker import Namespace
+
+from .signals import PAYLOADS
+
+__all__ = ["EventBus", "UnknownSignalError", "await_me_maybe"]
+
+log = logging.getLogger("host_stub.bus")
+
+
+class UnknownSignalError(KeyError):
+    """A signal name that is not one of :data:`host_stub.signals.PAYLOADS`."""
+
+
+async def await_me_maybe(value: Any) -> Any:
+    """Await ``value`` if it is awaitable; the one place that resolves sync-or-async results."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+class EventBus:
+    """Signals by name. Receivers are called ``receiver(sender, **payload)``; async ones are
+    awaited one after another, sync ones wrapped. A receiver that raises is logged and the others
+    still run. Unknown names are refused at connect and at send."""
+
+    def __init__(self, sender: Any = None) -> None:
+        self._namespace = Namespace()
+        self._sender = sender
+        self._wrappers: dict[tuple[str, Callable[..., Any]], Callable[..., Any]] = {}
+        for name in PAYLOADS:
+            self._namespace.signal(name)
+
+    def _signal(self, name: str) -> Any:
+        if name not in PAYLOADS:
+            raise UnknownSignalError(f"unknown signal {name!r}; known: {', '.join(PAYLOADS)}")
+        return self._namespace.signal(name)
+
+    def connect(self, name: str, receiver: Callable[..., Any]) -> None:
+        signal = self._signal(name)
+
+        async def isolated(sender: Any, **payload: Any) -> Any:
+            try:
+                return await await_me_maybe(receiver(sender, **payload))
+            except Exception:
+                log.exception("receiver %r of %s failed", receiver, name)
+                return None
+
+        self._wrappers[(name, receiver)] = isolated
+        # weak=False: a bound method of a plugin must not vanish while the host runs.
+        signal.connect(isolated, weak=False)
+
+    def disconnect(self, name: str, receiver: Callable[..., Any]) -> None:
+        wrapper = self._wrappers.pop((name, receiver), None)
+        if wrapper is not None:
+            self._signal(name).disconnect(wrapper)
+
+    def receivers(self, name: str) -> int:
+        return len(self._signal(name).receivers)
+
+    async def send(self, name: str, /, **payload: Any) -> list[Any]:
+        """Validate ``payload`` against the signal's model, then await every receiver."""
+        signal = self._signal(name)
+        model = PAYLOADS[name].model_validate(payload)
+        # Pass field values, not a dump: a shared ``results`` dict stays shared.
+        kwargs = {field: getattr(model, field) for field in type(model).model_fields}
+        results = await signal.send_async(self._sender, **kwargs)
+        return [value for _, value in results]

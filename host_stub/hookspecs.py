@@ -1,0 +1,79 @@
+"""The whole plugin contract: six hooks, the prompt view and a contribution.
+
+Implement any subset, with any subset of a hook's arguments (pluggy passes only the ones you
+name: that is how a plugin asks for services). Plain ``def`` or ``async def`` both work; the host
+awaits what is awaitable. Mark implementations with :data:`hookimpl`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import pluggy
+from pydantic import BaseModel, ConfigDict
+
+from .messages import Message
+from .services import MetadataEntry
+
+PROJECT = "host_stub"
+#: Entry-point group a plugin registers itself in; the entry point names a factory.
+ENTRY_POINT_GROUP = "host_stub.plugins"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+Anchor = Literal["identity", "knowledge", "context", "turn-context", "turn-hint"]
+ANCHORS: tuple[Anchor, ...] = ("identity", "knowledge", "context", "turn-context", "turn-hint")
+
+
+class PromptView(BaseModel):
+    """One consistent read of a session, taken before a model call."""
+
+    model_config = ConfigDict(frozen=True)
+
+    session_id: str
+    model: str
+    context_window: int
+    messages: list[Message]
+    summary: MetadataEntry | None = None
+    epoch: int = 0
+    dry_run: bool = False
+    usage_ratio: float = 0.0
+    breakdown: dict[str, int] = {}
+
+
+class Contribution(BaseModel):
+    """A piece of system prompt placed at ``anchor``; the host keeps one per ``id``."""
+
+    id: str
+    anchor: Anchor
+    content: str
+
+
+@hookspec
+def startup(host: Any, config: Any, memory: Any, llm: Any, message_archive: Any) -> None:
+    """Start the plugin with its validated config and the services it names; may be async."""
+
+
+@hookspec
+def plugin_config_schema() -> type[BaseModel]:
+    """:return: the pydantic model the host validates this plugin's config against."""
+
+
+@hookspec
+def register_commands(cli: Any, open_host: Any) -> None:
+    """Add click commands to ``cli``; ``open_host()`` is an async context manager for a host."""
+
+
+@hookspec
+def agent_prompt(view: PromptView) -> list[Contribution] | Contribution | None:
+    """:return: system-prompt contributions for this model call; may be async."""
+
+
+@hookspec
+def before_model_call(view: PromptView) -> None:
+    """Awaited before each model call (a blocking compression happens here)."""
+
+
+@hookspec
+def shutdown() -> None:
+    """Drain or cancel background work; may be async."""

@@ -1,0 +1,436 @@
+"""The reference host: plugins, services, the bus and the agent loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+from . import signals
+from .bus import EventBus, await_me_maybe
+from .config import HostConfig
+from .hookspecs import Contribution, PromptView
+from .messages import Message, ToolCall, ToolCallFunction
+from .plugins import LoadedPlugin, check_services, get_plugin_manager, plugin_config
+from .prompt import assemble_prompt, history_breakdown, sanitize_tool_pairs
+from .services import LLMService, MemoryService, Snapshot
+from .tools import ToolRegistry
+
+__all__ = ["Host", "MemoryMessageArchive", "TurnResult", "open_host"]
+
+log = logging.getLogger("host_stub.host")
+
+#: Used to size the window and count tokens when the host has no chat model (replay only).
+REPLAY_MODEL = "gpt-4o-mini"
+
+
+class MemoryMessageArchive:
+    """The reference ``message-archive``: event markers go into the session's own store, where
+    the agent loop leaves them out of prompts and plugins leave them out of counts."""
+
+    def __init__(self, memory: MemoryService) -> None:
+        self._memory = memory
+
+    async def save_message(self, session_id: str, message: Message) -> None:
+        await self._memory.append(session_id, [message])
+
+
+@dataclass
+class TurnResult:
+    session_id: str
+    outcome: str
+    reply: Message | None = None
+    messages: list[Message] = field(default_factory=list)
+    usage: list[signals.TokenUsage] = field(default_factory=list)
+    sent: list[list[dict[str, Any]]] = field(default_factory=list)
+    error: str | None = None
+
+
+def snapshot_key(snap: Snapshot) -> tuple[Any, ...]:
+    """What identifies the history a prompt was built from (appends within the turn aside)."""
+    return (snap.epoch, snap.record.version if snap.record else 0, snap.first_seq)
+
+
+class Host:
+    """Start with :meth:`start`, stop with :meth:`stop` (or use :func:`open_host`)."""
+
+    def __init__(
+        self,
+        config: HostConfig | None = None,
+        *,
+        memory: MemoryService | None = None,
+        llm: LLMService | None = None,
+        plugins: Sequence[tuple[str, Any]] = (),
+        tools: ToolRegistry | None = None,
+    ) -> None:
+        self.config = config or HostConfig()
+        self.bus = EventBus(sender=self)
+        self._memory = memory
+        self._llm = llm
+        self._extra_plugins = list(plugins)
+        self.tools = tools or ToolRegistry()
+        self.pm: pluggy.PluginManager | None = None
+        self.plugins: dict[str, LoadedPlugin] = {}
+        self.message_archive: MemoryMessageArchive | None = None
+        self._system_tokens: int | None = None
+        self._tool_def_tokens: int | None = None
+        self._started = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @property
+    def memory(self) -> MemoryService:
+        assert self._memory is not None, "host not started"
+        return self._memory
+
+    @property
+    def llm(self) -> LLMService:
+        assert self._llm is not None, "host not started"
+        return self._llm
+
+    @property
+    def model(self) -> str:
+        return self.config.host.model or REPLAY_MODEL
+
+    def get_plugin(self, name: str) -> Any:
+        return self.plugins[name].plugin
+
+    async def start(self) -> Host:
+        """Load and validate plugins (every config error surfaces here), open services, start
+        plugins."""
+        pm, loaded = get_plugin_manager(self.config, self._extra_plugins)
+        configs = {name: plugin_config(pm, item, self.config) for name, item in loaded.items()}
+        if self._llm is None:
+            from .llm import LiteLLMService
+
+            h = self.config.host
+            self._llm = LiteLLMService(
+                default_model=h.model,
+                api_base=h.api_base,
+                api_key=h.api_key,
+                num_retries=h.llm_retries,
+                timeout=h.llm_timeout_s,
+                model_overrides={k: v.model_dump() for k, v in h.models.items()},
+            )
+        if self._memory is None:
+            from .memory import open_memory
+
+            self._memory = await await_me_maybe(
+                open_memory(self.config.host.memory, self._count_message)
+            )
+        self.message_archive = MemoryMessageArchive(self.memory)
+        self.pm = pm
+        self.plugins = loaded
+        services = {"memory": self.memory, "llm": self.llm, "message-archive": self.message_archive}
+        for name, item in loaded.items():
+            check_services(item, set(services))
+            item.config = configs[name]
+        for name, item in loaded.items():
+            caller = pm.subset_hook_caller(
+                "startup", remove_plugins=[p.plugin for n, p in loaded.items() if n != name]
+            )
+            for result in caller(
+                host=self,
+                config=item.config,
+                memory=self.memory,
+                llm=self.llm,
+                message_archive=self.message_archive,
+            ):
+                await await_me_maybe(result)
+        self._started = True
+        return self
+
+    async def stop(self) -> None:
+        if self.pm is not None and self._started:
+            for result in self.pm.hook.shutdown():
+                try:
+                    await await_me_maybe(result)
+                except Exception:
+                    log.exception("plugin shutdown failed")
+        self._started = False
+        if self._memory is not None:
+            await self._memory.close()
+
+    # -- counting ----------------------------------------------------------------------------
+    def _count_message(self, message: Message) -> int:
+        return self.llm.count_tokens([message], self.model)
+
+    def count_text(self, text: str) -> int:
+        return self.llm.count_tokens(text, self.model)
+
+    def context_window(self) -> int:
+        return self.config.host.context_window or self.llm.context_window(self.model)
+
+    # -- hooks -------------------------------------------------------------------------------
+    async def _collect_contributions(self, view: PromptView) -> list[Contribution]:
+        assert self.pm is not None
+        out: list[Contribution] = []
+        for result in self.pm.hook.agent_prompt(view=view):
+            try:
+                value = await await_me_maybe(result)
+            except Exception:
+                log.exception("agent_prompt failed")
+                continue
+            if value is None:
+                continue
+            items = value if isinstance(value, list) else [value]
+            out.extend(Contribution.model_validate(i) for i in items)
+        return out
+
+    async def _before_model_call(self, view: PromptView) -> None:
+        assert self.pm is not None
+        try:
+            results = self.pm.hook.before_model_call(view=view)
+        except Exception:
+            log.exception("before_model_call failed")
+            return
+        for result in results:
+            try:
+                await await_me_maybe(result)
+            except Exception:
+                log.exception("before_model_call failed")
+
+    # -- prompt --------------------------------------------------------------------------------
+    async def build_prompt(
+        self, session_id: str, *, dry_run: bool = False
+    ) -> tuple[Snapshot, list[dict[str, Any]], signals.TokenUsage, PromptView]:
+        """One consistent snapshot -> contributions -> messages and their measured usage."""
+        snap = await self.memory.snapshot(session_id)
+        history, repaired = sanitize_tool_pairs([m for m in snap.messages if not m.is_marker])
+        if repaired:
+            log.warning("session %s: %d unpaired tool messages left out of the prompt", session_id, repaired)
+        window = self.context_window()
+        base = PromptView(
+            session_id=session_id,
+            model=self.model,
+            context_window=window,
+            messages=history,
+            summary=snap.record,
+            epoch=snap.epoch,
+            dry_run=dry_run,
+        )
+        contributions = await self._collect_contributions(base)
+        if self._system_tokens is None:
+            self._system_tokens = self.count_text(self.config.host.system_prompt)
+        if self._tool_def_tokens is None:
+            defs = self.tools.definitions()
+            self._tool_def_tokens = self.count_text(json.dumps(defs)) if defs else 0
+        breakdown = history_breakdown(
+            history,
+            contributions,
+            system_tokens=self._system_tokens,
+            tool_def_tokens=self._tool_def_tokens,
+            reserved_for_reply=self.config.host.reserve_for_reply,
+            count_text=self.count_text,
+        )
+        used = sum(breakdown.model_dump().values())
+        usage = signals.TokenUsage(
+            session_id=session_id,
+            model=self.model,
+            context_window=window,
+            used=used,
+            usage_ratio=used / window,
+            breakdown=breakdown,
+            summary_version=snap.record.version if snap.record else 0,
+            dry_run=dry_run,
+        )
+        view = base.model_copy(update={"usage_ratio": usage.usage_ratio, "breakdown": breakdown.model_dump()})
+        prompt = assemble_prompt(
+            self.config.host.system_prompt,
+            contributions,
+            history,
+            merge_system_messages=self.config.host.merge_system_messages,
+        )
+        return snap, prompt, usage, view
+
+    async def _prepare_call(self, session_id: str, result: TurnResult) -> list[dict[str, Any]]:
+        """Measure, let plugins act before the call, rebuild once if the history changed."""
+        snap, prompt, usage, view = await self.build_prompt(session_id)
+        await self.bus.send(signals.TOKEN_USAGE, **usage.model_dump())
+        result.usage.append(usage)
+        await self._before_model_call(view)
+        again = await self.memory.snapshot(session_id)
+        if snapshot_key(again) != snapshot_key(snap):
+            snap, prompt, usage, view = await self.build_prompt(session_id)
+            usage = usage.model_copy(update={"rebuilt": True})
+            await self.bus.send(signals.TOKEN_USAGE, **usage.model_dump())
+            result.usage.append(usage)
+        result.sent.append(prompt)
+        return prompt
+
+    # -- turns -------------------------------------------------------------------------------
+    async def run_turn(
+        self,
+        session_id: str,
+        user: str | Message | Sequence[Message],
+        *,
+        recorded: Sequence[Message] | None = None,
+        stream: bool = False,
+        on_delta: Callable[[str], Any] | None = None,
+    ) -> TurnResult:
+        """One turn. With ``recorded`` (replay), the recorded assistant and tool messages stand in
+        for the model's replies and the tools' results; no model is called."""
+        inputs = [Message(role="user", content=user)] if isinstance(user, str) else (
+            [user] if isinstance(user, Message) else list(user)
+        )
+        result = TurnResult(session_id=session_id, outcome="silent")
+        stored = await self.memory.append(session_id, inputs)
+        result.messages.extend(stored)
+        user_message = next((m for m in reversed(stored) if m.role == "user"), None)
+        try:
+            if recorded is not None:
+                await self._replay_turn(session_id, list(recorded), result)
+            else:
+                await self._model_turn(session_id, result, stream=stream, on_delta=on_delta)
+        except asyncio.CancelledError:
+            result.outcome = "aborted"
+            await self._turn_after(session_id, user_message, result)
+            raise
+        except Exception as exc:
+            log.warning("turn failed in session %s: %s", session_id, exc)
+            result.outcome = "error"
+            result.error = f"{type(exc).__name__}: {exc}"
+        await self._turn_after(session_id, user_message, result)
+        return result
+
+    async def _turn_after(self, session_id: str, user_message: Message | None, result: TurnResult) -> None:
+        await self.bus.send(
+            signals.AGENT_TURN_AFTER,
+            session_id=session_id,
+            model=self.model,
+            outcome=result.outcome,
+            message=user_message,
+            reply=result.reply,
+            metadata={"error": result.error} if result.error else {},
+        )
+
+    async def _replay_turn(self, session_id: str, recorded: list[Message], result: TurnResult) -> None:
+        i = 0
+        while i < len(recorded):
+            if recorded[i].role == "assistant":
+                await self._prepare_call(session_id, result)
+                reply = recorded[i]
+                batch = [reply]
+                i += 1
+                while i < len(recorded) and recorded[i].role == "tool":
+                    batch.append(recorded[i])
+                    i += 1
+            else:
+                batch = [recorded[i]]
+                i += 1
+            stored = await self.memory.append(session_id, batch)
+            result.messages.extend(stored)
+            if stored[0].role == "assistant":
+                result.reply = stored[0]
+                result.outcome = "replied"
+
+    async def _model_turn(
+        self,
+        session_id: str,
+        result: TurnResult,
+        *,
+        stream: bool,
+        on_delta: Callable[[str], Any] | None,
+    ) -> None:
+        defs = self.tools.definitions() or None
+        for _ in range(self.config.host.max_tool_iterations):
+            prompt = await self._prepare_call(session_id, result)
+            completion = await self._call_model(prompt, defs, stream=stream, on_delta=on_delta)
+            calls = [
+                ToolCall(
+                    id=c["id"],
+                    function=ToolCallFunction(
+                        name=c["function"]["name"], arguments=c["function"].get("arguments") or ""
+                    ),
+                )
+                for c in completion.tool_calls or []
+            ]
+            reply = Message(role="assistant", content=completion.text or None, tool_calls=calls or None)
+            if not completion.text and not calls:
+                return
+            stored = await self.memory.append(session_id, [reply])
+            result.messages.extend(stored)
+            result.reply = stored[0]
+            result.outcome = "replied"
+            if not calls:
+                return
+            outputs = []
+            for call in calls:
+                text, is_error = await self.tools.run(call.function.name, call.function.arguments)
+                outputs.append(
+                    Message(
+                        role="tool",
+                        tool_call_id=call.id,
+                        name=call.function.name,
+                        content=text,
+                        metadata={"is_error": True} if is_error else {},
+                    )
+                )
+            result.messages.extend(await self.memory.append(session_id, outputs))
+
+    async def _call_model(
+        self,
+        prompt: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        *,
+        stream: bool,
+        on_delta: Callable[[str], Any] | None,
+    ) -> Any:
+        max_tokens = self.config.host.reserve_for_reply or None
+        if not stream:
+            return await self.llm.complete(prompt, model=self.model, max_tokens=max_tokens, tools=tools)
+        final = None
+        async for item in self.llm.stream(prompt, model=self.model, max_tokens=max_tokens, tools=tools):  # type: ignore[attr-defined]
+            if isinstance(item, str):
+                if on_delta is not None:
+                    await await_me_maybe(on_delta(item))
+            else:
+                final = item
+        assert final is not None
+        return final
+
+    # -- user actions ------------------------------------------------------------------------
+    async def clear(self, session_id: str | None, types: list[str] | None = None) -> dict[str, Any]:
+        """Clear memory (``session_id`` None = every session): the host clears the history, then
+        ``memory:clear`` lets plugins clear their own types; returns the merged results."""
+        scope = "session" if session_id else "all"
+        sessions = [session_id] if session_id else [s.session_id for s in await self.memory.list_sessions()]
+        results: dict[str, Any] = {}
+        if types is None or "history" in types:
+            for sid in sessions:
+                await self.memory.clear(sid, ["history"])
+            results["history"] = {"sessions": len(sessions)}
+        for value in await self.bus.send(
+            signals.MEMORY_CLEAR, scope=scope, session_id=session_id, types=types
+        ):
+            if isinstance(value, dict):
+                results.update(value)
+        return results
+
+    async def delete_messages(self, session_id: str, seqs: list[int]) -> list[int]:
+        """Roll back or edit: mark messages deleted, then tell plugins (``memory:messages-deleted``)."""
+        deleted = await self.memory.delete_messages(session_id, seqs)
+        if deleted:
+            await self.bus.send(signals.MEMORY_MESSAGES_DELETED, session_id=session_id, seqs=deleted)
+        return deleted
+
+    async def request_compression(self, session_id: str, reason: str = "manual") -> str:
+        """Send ``session:compress`` and return its request id."""
+        request_id = f"{session_id}:{time.time_ns()}"
+        await self.bus.send(signals.SESSION_COMPRESS, request_id=request_id, session_id=session_id, reason=reason)
+        return request_id
+
+
+@contextlib.asynccontextmanager
+async def open_host(config: HostConfig | None = None, **kwargs: Any) -> AsyncIterator[Host]:
+    host = Host(config, **kwargs)
+    await host.start()
+    try:
+        yield host
+    finally:
+        await host.stop()

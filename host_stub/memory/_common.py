@@ -1,0 +1,106 @@
+"""Rules every memory backend shares, kept in one place so the backends cannot drift apart."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from ..messages import Message
+
+__all__ = [
+    "TokenCounter",
+    "body_of",
+    "check_limit",
+    "check_ttl",
+    "is_core",
+    "message_from_row",
+    "new_lease_token",
+    "select_trim",
+    "to_datetime",
+    "tokens_of",
+]
+
+TokenCounter = Callable[[Message], int]
+
+#: Message fields that live in their own columns (or are the store's own), not in the JSON body.
+_COLUMN_FIELDS = {"seq", "epoch", "tokens", "archived", "role", "kind"}
+
+
+def tokens_of(message: Message, token_counter: TokenCounter) -> int:
+    """The message's token count: the one it carries, else the counter's."""
+    if message.tokens is not None:
+        return message.tokens
+    return int(token_counter(message))
+
+
+def body_of(message: Message) -> str:
+    """The message's own fields (everything but the store columns) as JSON text."""
+    return json.dumps(
+        message.model_dump(mode="json", exclude=_COLUMN_FIELDS),
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+def message_from_row(
+    *, role: str, kind: str, body: str, seq: int, epoch: int, tokens: int, archived: str | None
+) -> Message:
+    """Rebuild a stored message from its columns and JSON body."""
+    data: dict[str, Any] = json.loads(body)
+    data.update(role=role, kind=kind, seq=seq, epoch=epoch, tokens=tokens, archived=archived)
+    return Message.model_validate(data)
+
+
+def is_core(role: str, kind: str) -> bool:
+    """System messages are core memory: trims and compressions never archive them."""
+    return role == "system" and kind == "message"
+
+
+def select_trim(
+    active: Sequence[tuple[int, str, str]], keep_recent: int | None, up_to_seq: int | None
+) -> list[int]:
+    """The seqs ``trim_history`` archives, given the active ``(seq, kind, role)`` oldest first.
+
+    ``up_to_seq``: every active seq ``<= up_to_seq``. ``keep_recent``: the kept window starts at
+    the ``keep_recent``-th newest conversation message (kind ``message``, not a system message);
+    everything older goes, event markers included, while markers inside the window stay. With no
+    more than ``keep_recent`` such messages there is nothing to trim; ``keep_recent=0`` archives
+    every active message. System messages (core memory) are never selected.
+    """
+    if (keep_recent is None) == (up_to_seq is None):
+        raise ValueError("trim_history needs exactly one of keep_recent or up_to_seq")
+    movable = [(seq, kind) for seq, kind, role in active if not is_core(role, kind)]
+    if up_to_seq is not None:
+        return [seq for seq, _ in movable if seq <= up_to_seq]
+    assert keep_recent is not None
+    if keep_recent < 0:
+        raise ValueError(f"keep_recent must be >= 0, got {keep_recent}")
+    if keep_recent == 0:
+        return [seq for seq, _ in movable]
+    real = [seq for seq, kind in movable if kind == "message"]
+    if len(real) <= keep_recent:
+        return []
+    cutoff = real[-keep_recent]
+    return [seq for seq, _ in movable if seq < cutoff]
+
+
+def check_limit(limit: int | None) -> None:
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+
+
+def check_ttl(ttl_s: float) -> None:
+    if not ttl_s > 0:
+        raise ValueError(f"lease ttl_s must be > 0, got {ttl_s}")
+
+
+def new_lease_token() -> str:
+    return secrets.token_hex(16)
+
+
+def to_datetime(ts: float | None) -> datetime | None:
+    """A stored unix time as an aware UTC datetime."""
+    return None if ts is None else datetime.fromtimestamp(ts, UTC)

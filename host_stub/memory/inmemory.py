@@ -1,0 +1,335 @@
+"""In-process memory backend: plain dicts behind one ``asyncio.Lock``. For tests and demos.
+
+Every method takes the lock for its whole body, so each call is one atomic step, as a
+transaction is in the SQL backends. Stored messages are private copies: callers may mutate what
+they pass in or get back without touching the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..messages import ArchiveReason, Message
+from ..services import (
+    SUMMARY_NAMESPACE,
+    LeaseToken,
+    MetadataEntry,
+    SessionInfo,
+    Snapshot,
+)
+from ._common import (
+    TokenCounter,
+    body_of,
+    check_limit,
+    check_ttl,
+    message_from_row,
+    new_lease_token,
+    is_core,
+    select_trim,
+    to_datetime,
+    tokens_of,
+)
+
+__all__ = ["InMemoryMemory"]
+
+
+@dataclass
+class _Session:
+    epoch: int = 0
+    last_seq: int = 0
+    updated_at: float = field(default_factory=time.time)
+    #: seq -> stored message (``archived`` set once archived), in seq order.
+    messages: dict[int, Message] = field(default_factory=dict)
+
+
+class InMemoryMemory:
+    """A :class:`~host_stub.services.MemoryService` that lives and dies with the process."""
+
+    def __init__(self, token_counter: TokenCounter) -> None:
+        self._count = token_counter
+        self._lock = asyncio.Lock()
+        self._sessions: dict[str, _Session] = {}
+        self._metadata: dict[tuple[str, str], MetadataEntry] = {}
+        self._leases: dict[str, LeaseToken] = {}
+
+    # -- helpers (call with the lock held) ---------------------------------------------------
+
+    def _session(self, session_id: str) -> _Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            session = self._sessions[session_id] = _Session()
+        return session
+
+    def _active(self, session_id: str) -> list[Message]:
+        session = self._sessions.get(session_id)
+        if session is None:
+            return []
+        return [m for m in session.messages.values() if m.archived is None]
+
+    def _archive(
+        self, session: _Session, seqs: Sequence[int], reason: ArchiveReason, now: float
+    ) -> None:
+        for seq in seqs:
+            session.messages[seq].archived = reason
+        if seqs:
+            session.updated_at = now
+
+    def _write_metadata(
+        self, namespace: str, key: str, value: dict[str, Any] | None, now: float
+    ) -> int:
+        current = self._metadata.get((namespace, key))
+        version = (current.version if current else 0) + 1
+        self._metadata[(namespace, key)] = MetadataEntry(
+            namespace=namespace,
+            key=key,
+            value=_copy_value(value),
+            version=version,
+            deleted=value is None,
+            updated_at=to_datetime(now),
+        )
+        return version
+
+    def _version(self, namespace: str, key: str) -> int:
+        current = self._metadata.get((namespace, key))
+        return current.version if current else 0
+
+    # -- messages -----------------------------------------------------------------------------
+
+    async def append(self, session_id: str, messages: Sequence[Message]) -> list[Message]:
+        if not messages:
+            return []
+        counted = [(m, tokens_of(m, self._count)) for m in messages]
+        async with self._lock:
+            session = self._session(session_id)
+            out: list[Message] = []
+            for message, tokens in counted:
+                session.last_seq += 1
+                # Through JSON, as the SQL backends store it, so all accept the same input.
+                stored = message_from_row(
+                    role=message.role,
+                    kind=message.kind,
+                    body=body_of(message),
+                    seq=session.last_seq,
+                    epoch=session.epoch,
+                    tokens=tokens,
+                    archived=None,
+                )
+                session.messages[stored.seq] = stored  # type: ignore[index]
+                out.append(stored.model_copy(deep=True))
+            session.updated_at = time.time()
+            return out
+
+    async def get_history(self, session_id: str, limit: int | None = None) -> list[Message]:
+        check_limit(limit)
+        async with self._lock:
+            return _copies(_newest(self._active(session_id), limit))
+
+    async def get_archived(
+        self, session_id: str, *, epoch: int | None = None, limit: int | None = None
+    ) -> list[Message]:
+        check_limit(limit)
+        async with self._lock:
+            session = self._sessions.get(session_id)
+            if session is None:
+                return []
+            found = [
+                m
+                for m in session.messages.values()
+                if m.archived is not None and (epoch is None or m.epoch == epoch)
+            ]
+            return _copies(_newest(found, limit))
+
+    async def snapshot(self, session_id: str, namespace: str = SUMMARY_NAMESPACE) -> Snapshot:
+        async with self._lock:
+            session = self._sessions.get(session_id)
+            return Snapshot(
+                session_id=session_id,
+                epoch=session.epoch if session else 0,
+                messages=_copies(self._active(session_id)),
+                record=_entry_copy(self._metadata.get((namespace, session_id))),
+            )
+
+    async def trim_history(
+        self,
+        session_id: str,
+        keep_recent: int | None = None,
+        up_to_seq: int | None = None,
+        reason: ArchiveReason = "window",
+    ) -> list[int]:
+        async with self._lock:
+            active = [(m.seq or 0, m.kind, m.role) for m in self._active(session_id)]
+            seqs = select_trim(active, keep_recent, up_to_seq)
+            if seqs:
+                self._archive(self._sessions[session_id], seqs, reason, time.time())
+            return seqs
+
+    async def commit_compression(
+        self,
+        session_id: str,
+        record: dict[str, Any],
+        expected_version: int,
+        archive_through_seq: int,
+        *,
+        epoch: int,
+        namespace: str = SUMMARY_NAMESPACE,
+    ) -> bool:
+        async with self._lock:
+            session = self._sessions.get(session_id)
+            current_epoch = session.epoch if session else 0
+            if self._version(namespace, session_id) != expected_version:
+                return False
+            if current_epoch != epoch:
+                return False
+            now = time.time()
+            self._write_metadata(namespace, session_id, record, now)
+            if session is not None:
+                seqs = [
+                    m.seq or 0
+                    for m in self._active(session_id)
+                    if (m.seq or 0) <= archive_through_seq and not is_core(m.role, m.kind)
+                ]
+                self._archive(session, seqs, "summarized", now)
+            return True
+
+    # -- metadata -----------------------------------------------------------------------------
+
+    async def get_metadata(self, namespace: str, key: str) -> MetadataEntry | None:
+        async with self._lock:
+            return _entry_copy(self._metadata.get((namespace, key)))
+
+    async def save_metadata(
+        self,
+        namespace: str,
+        key: str,
+        value: dict[str, Any],
+        expected_version: int | None = None,
+    ) -> int | None:
+        if value is None:
+            raise ValueError("save_metadata needs a value; use delete_metadata to delete")
+        async with self._lock:
+            if expected_version is not None and self._version(namespace, key) != expected_version:
+                return None
+            return self._write_metadata(namespace, key, value, time.time())
+
+    async def delete_metadata(
+        self, namespace: str, key: str, expected_version: int | None = None
+    ) -> int | None:
+        async with self._lock:
+            if expected_version is not None and self._version(namespace, key) != expected_version:
+                return None
+            return self._write_metadata(namespace, key, None, time.time())
+
+    async def list_metadata(self, namespace: str) -> list[MetadataEntry]:
+        async with self._lock:
+            found = [
+                e for (ns, _), e in self._metadata.items() if ns == namespace and not e.deleted
+            ]
+            return [e.model_copy(deep=True) for e in sorted(found, key=lambda e: e.key)]
+
+    # -- leases -------------------------------------------------------------------------------
+
+    async def acquire_lease(self, name: str, ttl_s: float) -> LeaseToken | None:
+        check_ttl(ttl_s)
+        async with self._lock:
+            now = time.time()
+            held = self._leases.get(name)
+            if held is not None and held.expires_at > now:
+                return None
+            lease = LeaseToken(name=name, token=new_lease_token(), expires_at=now + ttl_s)
+            self._leases[name] = lease
+            return lease
+
+    async def release_lease(self, lease: LeaseToken) -> bool:
+        async with self._lock:
+            held = self._leases.get(lease.name)
+            if held is None or held.token != lease.token:
+                return False
+            del self._leases[lease.name]
+            return True
+
+    # -- sessions -----------------------------------------------------------------------------
+
+    async def get_epoch(self, session_id: str) -> int:
+        async with self._lock:
+            session = self._sessions.get(session_id)
+            return session.epoch if session else 0
+
+    async def clear(self, session_id: str, types: Sequence[str] | None = None) -> int:
+        async with self._lock:
+            now = time.time()
+            session = self._session(session_id)
+            session.epoch += 1
+            session.updated_at = now
+            if types is None or "history" in types:
+                seqs = [m.seq or 0 for m in self._active(session_id)]
+                self._archive(session, seqs, "cleared", now)
+            if types is None:
+                namespaces = sorted(ns for ns, key in self._metadata if key == session_id)
+            else:
+                namespaces = [t for t in dict.fromkeys(types) if t != "history"]
+            for namespace in namespaces:
+                self._write_metadata(namespace, session_id, None, now)
+            return session.epoch
+
+    async def delete_messages(self, session_id: str, seqs: Sequence[int]) -> list[int]:
+        async with self._lock:
+            session = self._sessions.get(session_id)
+            if session is None:
+                return []
+            found = sorted(
+                s for s in set(seqs)
+                if s in session.messages and session.messages[s].archived != "deleted"
+            )
+            self._archive(session, found, "deleted", time.time())
+            return found
+
+    async def forget(self, session_id: str) -> None:
+        async with self._lock:
+            self._sessions.pop(session_id, None)
+            for ns_key in [k for k in self._metadata if k[1] == session_id]:
+                del self._metadata[ns_key]
+
+    async def list_sessions(self) -> list[SessionInfo]:
+        async with self._lock:
+            out = []
+            for session_id in sorted(self._sessions):
+                session = self._sessions[session_id]
+                active = sum(1 for m in session.messages.values() if m.archived is None)
+                out.append(
+                    SessionInfo(
+                        session_id=session_id,
+                        epoch=session.epoch,
+                        active=active,
+                        archived=len(session.messages) - active,
+                        last_seq=session.last_seq,
+                        updated_at=to_datetime(session.updated_at),
+                    )
+                )
+            return out
+
+    async def close(self) -> None:
+        """Nothing to release; the data stays readable until the object is dropped."""
+
+
+def _newest(messages: list[Message], limit: int | None) -> list[Message]:
+    if limit is None:
+        return messages
+    return messages[len(messages) - limit :] if limit else []
+
+
+def _copies(messages: list[Message]) -> list[Message]:
+    return [m.model_copy(deep=True) for m in messages]
+
+
+def _copy_value(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A private copy of a metadata value, through JSON as the SQL backends store it."""
+    return None if value is None else json.loads(json.dumps(value))
+
+
+def _entry_copy(entry: MetadataEntry | None) -> MetadataEntry | None:
+    return None if entry is None else entry.model_copy(deep=True)

@@ -1,0 +1,118 @@
+"""The message model every part of the host and its plugins share.
+
+Messages are OpenAI-shaped (role, content, tool_calls, tool_call_id, name) plus what the store
+adds: a per-session ``seq``, a ``kind`` (a real message or an event marker), the token count taken
+once at append time, the archive reason once archived, and free metadata.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ArchiveReason",
+    "Message",
+    "MessageKind",
+    "Role",
+    "ToolCall",
+    "ToolCallFunction",
+    "text_of",
+    "tool_groups",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+MessageKind = Literal["message", "event-marker"]
+#: Why a message left the active history. ``summarized`` is the only reason that promises the
+#: summary record covers it; the others are explicit strategies, fallbacks or user actions.
+ArchiveReason = Literal["summarized", "window", "fallback-trim", "cleared", "deleted"]
+
+
+class ToolCallFunction(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    arguments: str = ""
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
+class Message(BaseModel):
+    """One chat message as stored and as sent (without the store's fields) to a model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Role
+    content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+    # Set by the store.
+    seq: int | None = None
+    kind: MessageKind = "message"
+    tokens: int | None = None
+    epoch: int | None = None
+    archived: ArchiveReason | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    def to_openai(self) -> dict[str, Any]:
+        """The message as an OpenAI-format dict, without the store's own fields."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [c.model_dump(exclude_none=True) for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            out["name"] = self.name
+        return out
+
+    @property
+    def is_marker(self) -> bool:
+        return self.kind == "event-marker"
+
+
+def text_of(content: str | list[dict[str, Any]] | None) -> str:
+    """The text parts of a message's content joined; non-text parts become ``[<kind>]``."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for part in content:
+        kind = str(part.get("type", "unknown"))
+        if kind == "text":
+            parts.append(str(part.get("text", "")))
+        elif kind in ("image_url", "input_image", "image"):
+            parts.append("[image]")
+        else:
+            parts.append(f"[{kind}]")
+    return "\n".join(parts)
+
+
+def tool_groups(messages: list[Message]) -> list[tuple[int, int, bool]]:
+    """Tool-call groups by position: ``(start, end, complete)`` for each assistant message with
+    tool calls at ``start``, followed by the contiguous tool results up to ``end`` (exclusive).
+    ``complete`` is True when every call has exactly its result there. Pairing is positional, as
+    the chat APIs require, so a call id reused later in the conversation pairs correctly."""
+    groups: list[tuple[int, int, bool]] = []
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        if m.role == "assistant" and m.tool_calls:
+            end = i + 1
+            while end < len(messages) and messages[end].role == "tool":
+                end += 1
+            wanted = sorted(c.id for c in m.tool_calls)
+            got = sorted(str(r.tool_call_id) for r in messages[i + 1 : end])
+            groups.append((i, end, wanted == got))
+            i = end
+        else:
+            i += 1
+    return groups

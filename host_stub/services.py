@@ -1,0 +1,261 @@
+"""Service Protocols a host hands to plugins, and the small models they return.
+
+A plugin names the services it needs as arguments of its ``startup`` hook implementation and
+receives them injected; it never imports a backend. Every method is ``async`` except the token
+counter and the model-window look-ups, which are pure CPU work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .messages import ArchiveReason, Message
+
+__all__ = [
+    "EventBusProtocol",
+    "HostProtocol",
+    "Completion",
+    "LLMService",
+    "LLMUsage",
+    "LeaseToken",
+    "MemoryService",
+    "MessageArchiveService",
+    "MetadataEntry",
+    "SessionInfo",
+    "Snapshot",
+    "SUMMARY_NAMESPACE",
+]
+
+#: Namespace of the summary record, shared by the host (it reads it with the history, as one
+#: snapshot) and the summary plugin (it writes it through ``commit_compression``).
+SUMMARY_NAMESPACE = "summary"
+
+
+class MetadataEntry(BaseModel):
+    """A versioned metadata value. ``value is None and deleted`` means it was deleted; a key that
+    was never written has no entry at all (``get_metadata`` returns ``None``). ``version`` grows by
+    one on every write or delete and never goes back, so it serves compare-and-set."""
+
+    model_config = ConfigDict(frozen=True)
+
+    namespace: str
+    key: str
+    value: dict[str, Any] | None
+    version: int
+    deleted: bool = False
+    updated_at: datetime | None = None
+
+
+class Snapshot(BaseModel):
+    """The active history and a metadata record read in one transaction."""
+
+    model_config = ConfigDict(frozen=True)
+
+    session_id: str
+    epoch: int
+    messages: list[Message]
+    record: MetadataEntry | None = None
+
+    @property
+    def first_seq(self) -> int | None:
+        return self.messages[0].seq if self.messages else None
+
+    @property
+    def last_seq(self) -> int | None:
+        return self.messages[-1].seq if self.messages else None
+
+
+class SessionInfo(BaseModel):
+    session_id: str
+    epoch: int
+    active: int
+    archived: int
+    last_seq: int
+    updated_at: datetime | None = None
+
+
+class LeaseToken(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    token: str
+    expires_at: float
+
+
+@runtime_checkable
+class MemoryService(Protocol):
+    """Conversation store. ``seq`` is per session, gapless and in commit order. Messages are
+    archived with a reason, never deleted, except by ``forget``."""
+
+    async def append(self, session_id: str, messages: Sequence[Message]) -> list[Message]:
+        """Store messages; return them with ``seq``, ``epoch`` and ``tokens`` set."""
+        ...
+
+    async def get_history(self, session_id: str, limit: int | None = None) -> list[Message]:
+        """Active messages, oldest first; with ``limit``, only the newest ``limit``."""
+        ...
+
+    async def get_archived(
+        self, session_id: str, *, epoch: int | None = None, limit: int | None = None
+    ) -> list[Message]:
+        """Archived messages (with their reason), oldest first; optionally of one epoch only."""
+        ...
+
+    async def snapshot(self, session_id: str, namespace: str = SUMMARY_NAMESPACE) -> Snapshot:
+        """Active history plus the metadata record ``(namespace, session_id)``, consistently."""
+        ...
+
+    async def trim_history(
+        self,
+        session_id: str,
+        keep_recent: int | None = None,
+        up_to_seq: int | None = None,
+        reason: ArchiveReason = "window",
+    ) -> list[int]:
+        """Archive all active messages but the newest ``keep_recent`` (event markers and system
+        messages do not count) or everything with ``seq <= up_to_seq``; return the archived seqs.
+        System messages are core memory: never archived here. Aalis: trimHistory."""
+        ...
+
+    async def commit_compression(
+        self,
+        session_id: str,
+        record: dict[str, Any],
+        expected_version: int,
+        archive_through_seq: int,
+        *,
+        epoch: int,
+        namespace: str = SUMMARY_NAMESPACE,
+    ) -> bool:
+        """Atomically: if the record ``(namespace, session_id)`` is still at ``expected_version``
+        (0 = never written) and the session is still at ``epoch``, write ``record`` and archive
+        every active message with ``seq <= archive_through_seq`` as ``summarized`` (system
+        messages excepted: they are core memory). Return whether it won; a lost race changes
+        nothing."""
+        ...
+
+    async def get_metadata(self, namespace: str, key: str) -> MetadataEntry | None: ...
+
+    async def save_metadata(
+        self,
+        namespace: str,
+        key: str,
+        value: dict[str, Any],
+        expected_version: int | None = None,
+    ) -> int | None:
+        """Write; return the new version, or ``None`` if ``expected_version`` did not match."""
+        ...
+
+    async def delete_metadata(
+        self, namespace: str, key: str, expected_version: int | None = None
+    ) -> int | None:
+        """Mark deleted (a tombstone keeps the version); return the new version or ``None``."""
+        ...
+
+    async def list_metadata(self, namespace: str) -> list[MetadataEntry]: ...
+
+    async def acquire_lease(self, name: str, ttl_s: float) -> LeaseToken | None:
+        """Take the named lease for ``ttl_s`` seconds unless someone holds an unexpired one."""
+        ...
+
+    async def release_lease(self, lease: LeaseToken) -> bool: ...
+
+    async def get_epoch(self, session_id: str) -> int: ...
+
+    async def clear(self, session_id: str, types: Sequence[str] | None = None) -> int:
+        """Bump the session's epoch and return it. ``types`` (``None`` = all) picks what goes:
+        ``history`` archives the active messages as ``cleared``; any other name deletes the
+        session's record in that metadata namespace."""
+        ...
+
+    async def delete_messages(self, session_id: str, seqs: Sequence[int]) -> list[int]:
+        """Mark messages deleted (a rollback or an edit): archived with reason ``deleted``, active
+        or not. Return the seqs it changed. The host then sends ``memory:messages-deleted``."""
+        ...
+
+    async def forget(self, session_id: str) -> None:
+        """Delete everything of a session, archived messages and metadata included."""
+        ...
+
+    async def list_sessions(self) -> list[SessionInfo]: ...
+
+    async def close(self) -> None: ...
+
+
+class LLMUsage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class Completion(BaseModel):
+    """What one model call returned."""
+
+    text: str
+    finish_reason: str | None = None
+    usage: LLMUsage = Field(default_factory=LLMUsage)
+    cost: float | None = None
+    model: str = ""
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+@runtime_checkable
+class LLMService(Protocol):
+    """Model calls, token counts and model windows (the reference host builds it on litellm)."""
+
+    default_model: str | None
+
+    async def complete(
+        self,
+        messages: Sequence[Message | dict[str, Any]],
+        model: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        timeout: float | None = None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> Completion: ...
+
+    def context_window(self, model: str | None = None) -> int: ...
+
+    def max_output_tokens(self, model: str | None = None) -> int: ...
+
+    def count_tokens(
+        self, messages_or_text: str | Sequence[Message | dict[str, Any]], model: str | None = None
+    ) -> int:
+        """Token count; never reaches the network."""
+        ...
+
+
+@runtime_checkable
+class MessageArchiveService(Protocol):
+    """Optional: a visible log of the conversation (compression markers go here)."""
+
+    async def save_message(self, session_id: str, message: Message) -> None: ...
+
+
+
+
+class EventBusProtocol(Protocol):
+    """The host's signal bus (see :mod:`host_stub.signals` for the names and payloads)."""
+
+    def connect(self, name: str, receiver: Any) -> None: ...
+
+    def disconnect(self, name: str, receiver: Any) -> None: ...
+
+    async def send(self, name: str, /, **payload: Any) -> list[Any]:
+        """Validate ``payload`` against the signal's model and await every receiver."""
+        ...
+
+
+class HostProtocol(Protocol):
+    """What a plugin may use of the host that started it."""
+
+    bus: EventBusProtocol
+    memory: MemoryService
+    llm: LLMService
+
+    def get_plugin(self, name: str) -> Any: ...

@@ -1,0 +1,29 @@
+"""plugin-memory-summary: summarizes the older part of a conversation, archives what the
+summary covers, and puts the summary back into the prompt.
+
+The host loads it through the ``host_stub.plugins`` entry point ``memory-summary``, which names
+:func:`create_plugin`, so every host gets its own instance.
+"""
+
+from __future__ import annotations
+
+from .config import MemorySummaryConfig, PayloadCaps
+from .payload import SummaryPayload
+from .plugin import PLUGIN_NAME, MemoryContext, MemorySummaryPlugin
+from .record import SummaryRecord
+
+__all__ = [
+    "PLUGIN_NAME",
+    "MemoryContext",
+    "MemorySummaryConfig",
+    "MemorySummaryPlugin",
+    "PayloadCaps",
+    "SummaryPayload",
+    "SummaryRecord",
+    "create_plugin",
+]
+
+
+def create_plugin() -> MemorySummaryPlugin:
+    """Entry-point factory: a fresh plugin instance for one host."""
+    return MemorySummaryPlugin()

@@ -1,0 +1,154 @@
+"""Pure decisions: when to compress, where to cut, what fits the budget.
+
+Every function here takes plain data and returns plain data, so the pipeline's choices can be
+tested without a loop, a store or a model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from host_stub.messages import Message, tool_groups
+
+__all__ = [
+    "Cut",
+    "conversation_messages",
+    "cut_point",
+    "gain_estimate",
+    "hard_triggered",
+    "soft_triggered",
+    "split_batches",
+    "summary_budget",
+    "turn_triggered",
+    "watermark_keep_tokens",
+]
+
+
+def conversation_messages(messages: Sequence[Message]) -> list[Message]:
+    """What can be summarized: real messages that are not system messages (core memory) and not
+    event markers."""
+    return [m for m in messages if m.kind == "message" and m.role != "system"]
+
+
+def summary_budget(
+    context_window: int, ratio: float, max_tokens: int, summarizer_max_output: int | None
+) -> int:
+    """max(512, window x ratio), capped by ``max_tokens`` (0 = no cap) and the summarizer's max
+    output."""
+    budget = max(512, int(context_window * ratio))
+    if max_tokens > 0:
+        budget = min(budget, max_tokens)
+    if summarizer_max_output:
+        budget = min(budget, summarizer_max_output)
+    return budget
+
+
+def turn_triggered(
+    outcome: str, active: int, threshold: int, turns_since_last: int | None, debounce_turns: int
+) -> bool:
+    """After a turn: not aborted or failed, enough active messages, enough turns since the last
+    compression (``None`` = never compressed)."""
+    if outcome in ("aborted", "error"):
+        return False
+    if active < threshold:
+        return False
+    return turns_since_last is None or turns_since_last >= debounce_turns
+
+
+def soft_triggered(ratio: float, soft: float, *, dry_run: bool, rebuilt: bool) -> bool:
+    return soft > 0 and not dry_run and not rebuilt and ratio >= soft
+
+
+def hard_triggered(ratio: float, hard: float, *, dry_run: bool) -> bool:
+    return 0 < hard < 1 and not dry_run and ratio >= hard
+
+
+@dataclass(frozen=True)
+class Cut:
+    """``covered_up_to_seq``: every conversation message at or below it gets summarized."""
+
+    covered_up_to_seq: int
+    messages: list[Message]
+    kept: list[Message]
+
+
+def cut_point(
+    messages: Sequence[Message], keep_recent: int, keep_recent_tokens: int | None = None
+) -> Cut | None:
+    """Keep the newest ``keep_recent`` conversation messages (and at most ``keep_recent_tokens``
+    of them, but always the newest one); move the cut earlier so an assistant tool-call message
+    and all its results stay on one side. ``None`` when nothing would be summarized."""
+    conv = conversation_messages(messages)
+    keep = max(1, keep_recent)
+    start = max(0, len(conv) - keep)
+    if keep_recent_tokens is not None:
+        total = 0
+        first = len(conv)
+        for i in range(len(conv) - 1, start - 1, -1):
+            total += conv[i].tokens or 0
+            if total > keep_recent_tokens and i < len(conv) - 1:
+                break
+            first = i
+        start = first
+    for g_start, g_end, _ in tool_groups(conv):
+        if g_start < start < g_end:
+            start = g_start
+            break
+    if start <= 0:
+        return None
+    return Cut(conv[start - 1].seq or 0, conv[:start], conv[start:])
+
+
+def split_batches(messages: Sequence[Message], batch_tokens: int) -> list[list[Message]]:
+    """Consecutive batches of at most ``batch_tokens`` (a single larger message or tool group is a
+    batch of its own); a batch never ends inside a tool-call group."""
+    items = list(messages)
+    unit_starts = set(range(len(items)))
+    for g_start, g_end, _ in tool_groups(items):
+        unit_starts -= set(range(g_start + 1, g_end))
+    batches: list[list[Message]] = []
+    current: list[Message] = []
+    tokens = 0
+    i = 0
+    while i < len(items):
+        j = i + 1
+        while j < len(items) and j not in unit_starts:
+            j += 1
+        unit = items[i:j]
+        unit_tokens = sum(m.tokens or 0 for m in unit)
+        if current and tokens + unit_tokens > batch_tokens:
+            batches.append(current)
+            current, tokens = [], 0
+        current.extend(unit)
+        tokens += unit_tokens
+        i = j
+    if current:
+        batches.append(current)
+    return batches
+
+
+def watermark_keep_tokens(
+    *,
+    context_window: int,
+    mark: float,
+    fixed_tokens: int,
+    summary_budget_tokens: int,
+) -> int:
+    """Tokens the kept window may hold so that, after the compression, usage is at or under the
+    watermark that fired: the mark's share of the window minus what cannot be compressed (system
+    prompt, tool definitions, reply reserve) and the summary at its full budget."""
+    return max(0, int(context_window * mark) - fixed_tokens - summary_budget_tokens)
+
+
+def gain_estimate(
+    *,
+    archived_tokens: int,
+    summary_tokens_now: int,
+    summary_budget_tokens: int,
+    context_window: int,
+) -> float:
+    """Share of the window a compression frees at worst: what it archives, minus how much the
+    summary may grow (to its full budget)."""
+    growth = max(0, summary_budget_tokens - summary_tokens_now)
+    return (archived_tokens - growth) / max(1, context_window)

@@ -1,0 +1,799 @@
+"""The structured summary: its model, parsing, caps and rendering."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import regex
+from pydantic import BaseModel, ConfigDict, Field
+
+from .config import PayloadCaps
+
+__all__ = [
+    "InProgressTask",
+    "SummaryPayload",
+    "TimelineEvent",
+    "apply_caps",
+    "extract_identifiers",
+    "fit_to_budget",
+    "parse_summary_output",
+    "payload_from_text",
+    "plain_text_gate",
+    "refusal_reason",
+    "render_payload",
+]
+
+
+class InProgressTask(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    goal: str = ""
+    done: list[str] = Field(default_factory=list)
+    todo: list[str] = Field(default_factory=list)
+
+
+class TimelineEvent(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    when: str = ""
+    event: str = ""
+
+
+class SummaryPayload(BaseModel):
+    """What the summarizer returns (as JSON) and what the rules engine builds."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    summary: str = ""
+    conversation_goal: str = ""
+    stable_facts: list[str] = Field(default_factory=list)
+    user_profile: list[str] = Field(default_factory=list)
+    decisions: list[str] = Field(default_factory=list)
+    open_questions: list[str] = Field(default_factory=list)
+    in_progress_tasks: list[InProgressTask] = Field(default_factory=list)
+    timeline: list[TimelineEvent] = Field(default_factory=list)
+    retrieval_hints: list[str] = Field(default_factory=list)
+    identifiers: list[str] = Field(default_factory=list)
+    #: Facts a user pinned: every later merge keeps them, whatever the summarizer returns.
+    pinned_facts: list[str] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ordering convention
+#
+# Every list in a payload is ordered oldest (least important) first, newest (most important)
+# last. Caps and the budget fitter drop from the head, so the tail survives longest. For
+# ``identifiers`` the rules engine sorts by priority as well as recency (identifiers a user typed
+# or a tool call used outrank ones that only appeared in a tool result), so "the tail" means "the
+# identifiers most worth keeping".
+# ---------------------------------------------------------------------------------------------
+
+_LIST_FIELDS = ("stable_facts", "user_profile", "decisions", "open_questions", "retrieval_hints")
+_GRAPHEME = regex.compile(r"\X")
+_ELLIPSIS = "…"
+
+
+def _cut(text: str, limit: int, marker: str = _ELLIPSIS) -> str:
+    """``text`` cut to at most ``limit`` code points on a grapheme boundary, ``marker`` appended
+    when something was cut (and room allows)."""
+    if len(text) <= limit:
+        return text
+    if limit <= 0:
+        return ""
+    if limit <= len(marker):
+        marker = ""
+    room = limit - len(marker)
+    used = 0
+    for match in _GRAPHEME.finditer(text):
+        size = match.end() - match.start()
+        if used + size > room:
+            break
+        used += size
+    return text[:used].rstrip() + marker
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _fit_lines(text: str, limit: int) -> str:
+    """A multi-line rolling text (the summary) shortened to ``limit`` code points: the oldest
+    (first) lines go first; a line that only needs trimming is cut instead of dropped; a single
+    remaining line is cut at its end."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    if limit <= 0:
+        return ""
+    lines = [line for line in text.split("\n") if line.strip()]
+    while len(lines) > 1:
+        total = sum(len(line) for line in lines) + len(lines) - 1
+        excess = total - limit
+        if excess <= 0:
+            break
+        oldest = lines[0]
+        if len(oldest) - excess >= 40:
+            lines[0] = _cut(oldest, len(oldest) - excess)
+            break
+        lines.pop(0)
+    return _cut("\n".join(lines), limit)
+
+
+# --- identifiers ------------------------------------------------------------------------------
+
+_SCAN_ALTERNATIVES = {
+    "kv": r'"(?P<key>[A-Za-z_][A-Za-z0-9_\-]{0,40})"\s*:\s*"(?P<val>[^"\\\r\n]{1,200})"',
+    "datetime": r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?",
+    "url": r"\b(?:https?|ftp)://[^\s<>\"'`]+",
+    "email": r"\b[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)+",
+    "winpath": r"\b[A-Za-z]:\\[^\s\"'<>|*?]*",
+    "path": r"(?:~|\.{1,2})?/[A-Za-z0-9_.\-~]+(?:/[A-Za-z0-9_.\-~]+)*/?"
+    r"|[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)+/?",
+    "token": r"[A-Za-z0-9_]+(?:[-.][A-Za-z0-9_]+)*",
+}
+
+
+def _scanner(*names: str) -> regex.Pattern[str]:
+    return regex.compile("|".join(f"(?P<{n}>{_SCAN_ALTERNATIVES[n]})" for n in names))
+
+
+_SCAN_ALL = _scanner("kv", "datetime", "url", "email", "winpath", "path", "token")
+_SCAN_NO_KV = _scanner("datetime", "url", "email", "winpath", "path", "token")
+_SCAN_TOKENS = _scanner("token")
+
+_ID_KEY_SUFFIX = regex.compile(
+    r"(?:^|[_\-])(?:id|ids|uuid|guid|number|num|no|code|ref|reference|sku|pnr|locator)$"
+)
+_ID_KEY_CAMEL = regex.compile(r"[a-z0-9](?:Id|ID|Number|Num|No|Code|Ref)$")
+_PLAIN_NUMBER = regex.compile(r"(\d+)(?:[.,]\d+)?")
+_NUMERIC_DATE = regex.compile(r"\d{1,4}[/.\-]\d{1,2}[/.\-]\d{1,4}")
+_WORD_PLUS_DIGIT = regex.compile(r"[a-z]+[_\-]?\d")
+_HAS_EXTENSION = regex.compile(r"[A-Za-z0-9_\-]\.[A-Za-z0-9]{1,8}$")
+_TRAILING_PUNCT = ".,;:!?)]}'\""
+#: Upper-case words that are shouting, not codes.
+_CAPS_STOPWORDS = frozenset(
+    """ABOUT ABOVE ACTIVE AFTER AGAIN ALERT ALWAYS APPROVED AVAILABLE BELOW BOOKED CANCELED
+    CANCELLED CAUTION CLOSED COMPLETE COMPLETED CONFIRMED COULD DANGER DEBUG DELAYED DENIED
+    DEPRECATED DISABLED ENABLED ERROR FAILED FAILURE FALSE FINAL FIRST FIXME GREAT HELLO
+    IMPORTANT INACTIVE INVALID LOWER NEVER NOTICE OPTIONAL OTHER PASSED PENDING PLEASE REJECTED
+    REQUIRED RESULT SHOULD SORRY STATUS SUCCESS THANK THANKS THERE THESE THOSE TODAY TOTAL
+    UNPAID UPDATE UPPER URGENT USING VALID WARNING WHERE WHICH WHILE WORLD WOULD YOURS""".split()
+)
+
+
+def _is_id_key(key: str) -> bool:
+    return bool(_ID_KEY_SUFFIX.search(key.lower()) or _ID_KEY_CAMEL.search(key))
+
+
+def _token_is_identifier(token: str) -> bool:
+    if len(token) < 5:
+        return False
+    if any(c.isdigit() for c in token):
+        number = _PLAIN_NUMBER.fullmatch(token)
+        if number:
+            return len(number.group(1)) >= 5
+        return not _WORD_PLUS_DIGIT.fullmatch(token)
+    if token.isupper() and token.replace("_", "").isalpha():
+        return token not in _CAPS_STOPWORDS and not token.startswith("_")
+    return False
+
+
+_CAPS_WORDS_BEFORE = regex.compile(r"(?:\b[A-Z]+[ \t]+){1,2}$")
+_CAPS_WORDS_AFTER = regex.compile(r"(?:[ \t]+[A-Z]+\b){1,2}")
+
+
+def _shouted(text: str, start: int, end: int) -> bool:
+    """An upper-case word inside a run of three or more space-separated upper-case words ("JUST
+    DOING IT") is shouting, not a code (a comma-separated list of codes is not a run). Only
+    letter-only words are judged; codes with digits always count."""
+    word = text[start:end]
+    if not word.isalpha():
+        return False
+    before = _CAPS_WORDS_BEFORE.search(text[max(0, start - 40) : start])
+    after = _CAPS_WORDS_AFTER.match(text, end, min(len(text), end + 40))
+    run = 1
+    run += len(regex.findall(r"[A-Z]+", before.group())) if before else 0
+    run += len(regex.findall(r"[A-Z]+", after.group())) if after else 0
+    return run >= 3
+
+
+def _path_is_identifier(path: str) -> bool:
+    if not any(c.isalpha() for c in path):
+        return False
+    if path.startswith(("/", "~/", "./", "../")):
+        segments = [s for s in path.split("/") if s and s not in (".", "..", "~")]
+        return len(segments) >= 2 or bool(_HAS_EXTENSION.search(path.rstrip("/")))
+    return bool(_HAS_EXTENSION.search(path))
+
+
+def _scan(text: str, pattern: regex.Pattern[str], out: dict[str, None]) -> None:
+    for match in pattern.finditer(text):
+        kind = match.lastgroup
+        whole = match.group()
+        if kind == "kv":
+            value = match.group("val").strip()
+            if (
+                _is_id_key(match.group("key"))
+                and len(value) >= 3
+                and not any(c.isspace() for c in value)
+                and "," not in value
+                and not (_PLAIN_NUMBER.fullmatch(value) and len(value) < 5)
+            ):
+                out.setdefault(value, None)
+            else:
+                _scan(whole, _SCAN_NO_KV, out)
+        elif kind in ("datetime", "url", "email"):
+            out.setdefault(whole.rstrip(_TRAILING_PUNCT), None)
+        elif kind == "winpath":
+            value = whole.rstrip(_TRAILING_PUNCT)
+            if len(value) > 3:
+                out.setdefault(value, None)
+        elif kind == "path":
+            value = whole.rstrip(_TRAILING_PUNCT)
+            if _path_is_identifier(value):
+                out.setdefault(value, None)
+            elif _NUMERIC_DATE.fullmatch(value):
+                out.setdefault(value, None)
+            else:
+                _scan(whole, _SCAN_TOKENS, out)
+        elif _token_is_identifier(whole) and not _shouted(text, match.start(), match.end()):
+            out.setdefault(whole, None)
+
+
+def extract_identifiers(text: str) -> list[str]:
+    """Identifiers worth carrying verbatim, deduplicated, in first-seen order.
+
+    Kept: tokens of 5+ characters with a digit (user ids ``mia_li_3668``, payment ids, flight
+    numbers ``HAT136``, dates ``2024-05-20``, versions, order numbers of 5+ digits), e-mail
+    addresses, URLs, file paths (``/etc/x.conf``, ``C:\\x``, ``src/a/b.py``), upper-case codes of
+    5+ letters (``HATHAT``) and the string values of id-like JSON keys (``"reservation_id":
+    "ABC123"``). Not kept: ordinary words, numbers of fewer than 5 digits, times (``06:00``) and
+    words with one trailing digit (``address1``)."""
+    found: dict[str, None] = {}
+    if text:
+        _scan(text, _SCAN_ALL, found)
+    return list(found)
+
+
+# --- parsing a model's answer -----------------------------------------------------------------
+
+_FENCE = regex.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)(?:```|\Z)", regex.DOTALL)
+_TRAILING_COMMA = regex.compile(r",\s*([}\]])")
+_FIELD_ALIASES: dict[str, tuple[str, ...]] = {
+    "summary": ("summary", "summary_text", "long_term_summary"),
+    "conversation_goal": ("conversation_goal", "goal", "user_goal"),
+    "stable_facts": ("stable_facts", "facts", "key_facts"),
+    "user_profile": ("user_profile", "user_preferences", "preferences", "profile", "user_facts"),
+    "decisions": ("decisions", "resolved_points", "resolved", "conclusions"),
+    "open_questions": ("open_questions", "pending_questions", "questions", "unresolved"),
+    "in_progress_tasks": ("in_progress_tasks", "tasks", "unfinished_tasks", "pending_tasks"),
+    "timeline": ("timeline", "events", "event_timeline"),
+    "retrieval_hints": ("retrieval_hints", "keywords", "hints"),
+    "identifiers": ("identifiers", "ids", "entities"),
+    "pinned_facts": ("pinned_facts",),
+}
+_KNOWN_KEYS = frozenset(k for aliases in _FIELD_ALIASES.values() for k in aliases)
+
+
+def _json_objects(text: str) -> list[dict[str, Any]]:
+    decoder = json.JSONDecoder()
+    found: list[dict[str, Any]] = []
+    for candidate in (text, _TRAILING_COMMA.sub(r"\1", text)):
+        start = candidate.find("{")
+        tries = 0
+        while start != -1 and tries < 50:
+            tries += 1
+            try:
+                value, _ = decoder.raw_decode(candidate, start)
+            except ValueError:
+                start = candidate.find("{", start + 1)
+                continue
+            if isinstance(value, dict):
+                found.append(value)
+                return found
+            start = candidate.find("{", start + 1)
+    return found
+
+
+def _outermost_object(text: str) -> dict[str, Any] | None:
+    sources = [m.group(1) for m in _FENCE.finditer(text)] + [text]
+    for source in sources:
+        objects = _json_objects(source)
+        if objects:
+            return objects[0]
+    return None
+
+
+def _as_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "\n".join(v.strip() for v in value if v.strip())
+    return None
+
+
+def _as_item(value: Any) -> str | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, str):
+        return _one_line(value) or None
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, dict):
+        parts = [(k, _as_item(v)) for k, v in value.items()]
+        parts = [(k, v) for k, v in parts if v]
+        if not parts:
+            return None
+        if len(parts) == 1:
+            return parts[0][1]
+        return "; ".join(f"{k}: {v}" for k, v in parts)
+    return None
+
+
+def _as_items(value: Any) -> list[str] | None:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        value = [value]
+    items: list[str] = []
+    for entry in value:
+        for leaf in entry if isinstance(entry, list) else [entry]:
+            item = _as_item(leaf)
+            if item:
+                items.append(item)
+    if value and not items and not all(v in ("", None) or v == [] for v in value):
+        return None
+    return items
+
+
+def _pick(data: dict[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if key in data and data[key] not in (None, "", []):
+            return data[key]
+    return None
+
+
+def _as_tasks(value: Any) -> list[InProgressTask] | None:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        value = [value]
+    tasks: list[InProgressTask] = []
+    for entry in value:
+        if isinstance(entry, str):
+            if entry.strip():
+                tasks.append(InProgressTask(goal=_one_line(entry)))
+        elif isinstance(entry, dict):
+            goal = _as_item(_pick(entry, "goal", "task", "title", "name", "description")) or ""
+            done = _as_items(_pick(entry, "done", "completed", "finished")) or []
+            todo = (
+                _as_items(
+                    _pick(entry, "todo", "to_do", "pending", "remaining", "next", "next_steps")
+                )
+                or []
+            )
+            if goal or done or todo:
+                tasks.append(InProgressTask(goal=goal, done=done, todo=todo))
+    if value and not tasks:
+        return None
+    return tasks
+
+
+_WHEN_PREFIX = regex.compile(
+    r"^\s*\[([^\]]{1,40})\]\s*(.+)$|^\s*([^:：]{1,40}?)\s*[:：]\s+(.+)$", regex.S
+)
+
+
+def _as_timeline(value: Any) -> list[TimelineEvent] | None:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        value = [value]
+    events: list[TimelineEvent] = []
+    for entry in value:
+        if isinstance(entry, str):
+            text = entry.strip()
+            if not text:
+                continue
+            match = _WHEN_PREFIX.match(text)
+            when = event = ""
+            if match:
+                when = (match.group(1) or match.group(3) or "").strip()
+                event = (match.group(2) or match.group(4) or "").strip()
+            if when and any(c.isdigit() for c in when):
+                events.append(TimelineEvent(when=when, event=_one_line(event)))
+            else:
+                events.append(TimelineEvent(event=_one_line(text)))
+        elif isinstance(entry, dict):
+            when = _as_item(_pick(entry, "when", "date", "time", "timestamp")) or ""
+            event = _as_item(_pick(entry, "event", "what", "description", "text", "summary")) or ""
+            if when or event:
+                events.append(TimelineEvent(when=when, event=event))
+    if value and not events:
+        return None
+    return events
+
+
+def _coerce(data: dict[str, Any]) -> SummaryPayload | None:
+    fields: dict[str, Any] = {}
+    for name, aliases in _FIELD_ALIASES.items():
+        raw = _pick(data, *aliases)
+        if raw is None:
+            continue
+        if name in ("summary", "conversation_goal"):
+            value: Any = _as_text(raw)
+            if name == "conversation_goal" and value is not None:
+                value = _one_line(value)
+        elif name == "in_progress_tasks":
+            value = _as_tasks(raw)
+        elif name == "timeline":
+            value = _as_timeline(raw)
+        else:
+            value = _as_items(raw)
+        if value:
+            fields[name] = value
+    if not fields:
+        return None
+    return SummaryPayload(**fields)
+
+
+def parse_summary_output(text: str) -> SummaryPayload | None:
+    """A model's answer parsed into a payload, tolerantly: code fences are stripped, the outermost
+    JSON object is taken, seed-002 field names (``user_preferences``, ``resolved_points``,
+    ``pending_questions``) are accepted as aliases, a string where a list belongs becomes a
+    one-item list, and tasks / timeline entries may be plain strings. A field whose value cannot
+    be read is left empty. ``None`` when there is no JSON object or no field of it carries
+    anything usable."""
+    if not text or "{" not in text:
+        return None
+    data = _outermost_object(text)
+    if data is None:
+        return None
+    if not (_KNOWN_KEYS & data.keys()):
+        nested = [v for v in data.values() if isinstance(v, dict) and _KNOWN_KEYS & v.keys()]
+        if len(nested) != 1:
+            return None
+        data = nested[0]
+    return _coerce(data)
+
+
+# --- the plain-text gate ----------------------------------------------------------------------
+
+_REFUSAL_ANYWHERE = regex.compile(
+    r"\bI(?:'m| am) (?:sorry|afraid),? but\b"
+    r"|\bI (?:can(?:no|')t|can not|won't|will not|am unable to|'m unable to) "
+    r"(?:help|assist|comply|provide|do that|fulfil+|complete|summari[sz]e|continue)\b"
+    r"|\bAs an AI\b|\bAs a (?:large )?language model\b"
+    r"|作为一个?(?:AI|ai|人工智能|语言模型|大语言模型|AI助手)"
+    r"|我(?:无法|不能|没法)(?:提供|协助|帮助|帮你|完成|回答|满足|处理|总结|继续)",
+)
+_REFUSAL_START = regex.compile(
+    r"^(?:I(?:'m| am) sorry|Sorry\b|I apologi[sz]e|I (?:cannot|can't|can not|won't)\b"
+    r"|I(?:'m| am) (?:unable|not able)\b|Unfortunately,? I\b"
+    r"|抱歉|很抱歉|对不起|非常抱歉|我无法|我不能|很遗憾)",
+    regex.IGNORECASE,
+)
+_ERROR_DUMP = regex.compile(
+    r"^(?:error|exception|fatal|traceback)\b\s*[:(\[]?"
+    r"|Traceback \(most recent call last\)"
+    r"|^\s*[A-Za-z_.]*(?:Error|Exception): "
+    r"|^\s*\{\s*\"error\"\s*:"
+    r"|^\s*<(?:!doctype|html)\b"
+    r"|^\s*(?:HTTP/\d(?:\.\d)? )?[45]\d\d (?:[A-Z][a-z]+ ?)+$",
+    regex.IGNORECASE | regex.MULTILINE,
+)
+
+
+def refusal_reason(text: str) -> str | None:
+    """Why ``text`` reads as a refusal (English or Chinese), or ``None``. Apologies only count at
+    the start; unambiguous phrases ("As an AI", "I can't help", "我无法提供") anywhere in the
+    first 300 characters."""
+    head = text.lstrip(" \t\r\n*#>-\"'“「").strip()[:300]
+    match = _REFUSAL_START.match(head) or _REFUSAL_ANYWHERE.search(head)
+    if match:
+        return f"refusal: {match.group()!r}"
+    return None
+
+
+def _error_reason(text: str) -> str | None:
+    match = _ERROR_DUMP.search(text.strip()[:2000])
+    if match:
+        return f"error output: {_one_line(match.group())[:60]!r}"
+    return None
+
+
+def plain_text_gate(text: str, previous: SummaryPayload | None) -> str | None:
+    """Why plain (non-JSON) summarizer output must be rejected, or ``None`` to accept it: it must
+    be non-empty, not a refusal, not an error dump, and keep every identifier of ``previous``."""
+    if not text or not text.strip():
+        return "empty output"
+    reason = refusal_reason(text) or _error_reason(text)
+    if reason:
+        return reason
+    if previous is not None:
+        lost = [i for i in previous.identifiers if i not in text]
+        if lost:
+            shown = ", ".join(lost[:5])
+            more = f" (+{len(lost) - 5} more)" if len(lost) > 5 else ""
+            return f"lost identifiers: {shown}{more}"
+    return None
+
+
+def payload_from_text(text: str, previous: SummaryPayload | None) -> SummaryPayload:
+    """Accepted plain text as a payload: the text is the summary, identifiers are those of
+    ``previous`` (the gate checked they are in the text) followed by the ones found in it, and
+    ``previous``'s pinned facts are kept."""
+    prior = list(previous.identifiers) if previous else []
+    identifiers = list(dict.fromkeys(prior + extract_identifiers(text)))
+    return SummaryPayload(
+        summary=text.strip(),
+        identifiers=identifiers,
+        pinned_facts=list(previous.pinned_facts) if previous else [],
+    )
+
+
+# --- caps -------------------------------------------------------------------------------------
+
+
+def _cap_items(items: list[str], count: int, chars: int) -> list[str]:
+    """The newest ``count`` distinct non-empty items, each cut to ``chars``; a repeated item keeps
+    its newest position."""
+    cut = [_cut(_one_line(i), chars) for i in items]
+    cut = [i for i in cut if i]
+    newest_first = list(dict.fromkeys(reversed(cut)))
+    return list(reversed(newest_first[:count])) if count > 0 else []
+
+
+def apply_caps(payload: SummaryPayload, caps: PayloadCaps) -> SummaryPayload:
+    """``payload`` within ``caps``: every list keeps its newest ``list_items`` items (the timeline
+    ``timeline_items``, identifiers the last ``identifiers``: see the ordering convention above),
+    duplicates removed, each item cut to ``item_chars`` without splitting a grapheme; the goal is
+    cut to ``goal_chars`` and the summary to ``summary_chars`` (oldest lines first). Identifiers
+    are never cut (a cut identifier is a wrong one): one longer than ``item_chars`` is dropped.
+    Pinned facts are kept whole and never dropped."""
+    n, chars = caps.list_items, caps.item_chars
+    fields: dict[str, Any] = {
+        name: _cap_items(getattr(payload, name), n, chars) for name in _LIST_FIELDS
+    }
+    tasks = [
+        InProgressTask(
+            goal=_cut(_one_line(t.goal), chars),
+            done=_cap_items(t.done, n, chars),
+            todo=_cap_items(t.todo, n, chars),
+        )
+        for t in payload.in_progress_tasks
+    ]
+    tasks = [t for t in tasks if t.goal or t.done or t.todo]
+    timeline: list[TimelineEvent] = []
+    seen: set[tuple[str, str]] = set()
+    for event in reversed(payload.timeline):
+        item = TimelineEvent(
+            when=_cut(_one_line(event.when), chars), event=_cut(_one_line(event.event), chars)
+        )
+        key = (item.when, item.event)
+        if (item.when or item.event) and key not in seen:
+            seen.add(key)
+            timeline.append(item)
+    identifiers = [i.strip() for i in payload.identifiers]
+    identifiers = [i for i in identifiers if i and len(i) <= chars]
+    newest_first = list(dict.fromkeys(reversed(identifiers)))
+    return SummaryPayload(
+        summary=_fit_lines(payload.summary, caps.summary_chars),
+        conversation_goal=_cut(_one_line(payload.conversation_goal), caps.goal_chars),
+        in_progress_tasks=tasks[-n:],
+        timeline=list(reversed(timeline[: caps.timeline_items])),
+        identifiers=list(reversed(newest_first[: caps.identifiers])) if caps.identifiers else [],
+        pinned_facts=list(payload.pinned_facts),
+        **fields,
+    )
+
+
+# --- rendering --------------------------------------------------------------------------------
+
+_HEADINGS = {
+    "en": {
+        "sep": ": ",
+        "item_sep": "; ",
+        "conversation_goal": "Goal",
+        "summary": "Summary",
+        "pinned_facts": "Pinned facts",
+        "user_profile": "User profile",
+        "stable_facts": "Facts",
+        "decisions": "Decisions",
+        "in_progress_tasks": "In progress",
+        "open_questions": "Open questions",
+        "timeline": "Timeline",
+        "identifiers": "Identifiers",
+        "retrieval_hints": "Keywords",
+        "done": "done",
+        "todo": "to do",
+    },
+    "zh": {
+        "sep": "：",
+        "item_sep": "；",
+        "conversation_goal": "目标",
+        "summary": "摘要",
+        "pinned_facts": "置顶事实",
+        "user_profile": "用户信息",
+        "stable_facts": "已确认事实",
+        "decisions": "已有结论",
+        "in_progress_tasks": "进行中任务",
+        "open_questions": "待解决问题",
+        "timeline": "时间线",
+        "identifiers": "标识符",
+        "retrieval_hints": "检索关键词",
+        "done": "已完成",
+        "todo": "待办",
+    },
+}
+
+
+def render_payload(payload: SummaryPayload, lang: str = "en") -> str:
+    """The payload as compact text (this is what is injected and counted): one heading per
+    non-empty section, in English or Chinese (``lang`` starting with ``zh``); identifiers and
+    keywords on one line each. An empty payload renders as ``""``."""
+    h = _HEADINGS["zh" if lang.lower().startswith("zh") else "en"]
+    sep, item_sep = h["sep"], h["item_sep"]
+    out: list[str] = []
+
+    def bullets(name: str, items: list[str]) -> None:
+        lines = [f"- {_one_line(i)}" for i in items if i.strip()]
+        if lines:
+            out.append(f"{h[name]}{sep.rstrip()}")
+            out.extend(lines)
+
+    goal = _one_line(payload.conversation_goal)
+    if goal:
+        out.append(f"{h['conversation_goal']}{sep}{goal}")
+    summary = payload.summary.strip()
+    if summary:
+        out.append(
+            f"{h['summary']}{sep}{summary}"
+            if "\n" not in summary
+            else f"{h['summary']}{sep.rstrip()}\n{summary}"
+        )
+    bullets("pinned_facts", payload.pinned_facts)
+    bullets("user_profile", payload.user_profile)
+    bullets("stable_facts", payload.stable_facts)
+    bullets("decisions", payload.decisions)
+    tasks = []
+    for task in payload.in_progress_tasks:
+        line = _one_line(task.goal)
+        done = item_sep.join(_one_line(d) for d in task.done if d.strip())
+        todo = item_sep.join(_one_line(t) for t in task.todo if t.strip())
+        if done:
+            line += f" ({h['done']}{sep}{done})"
+        if todo:
+            line += f" ({h['todo']}{sep}{todo})"
+        if line.strip():
+            tasks.append(line.strip())
+    bullets("in_progress_tasks", tasks)
+    bullets("open_questions", payload.open_questions)
+    events = [
+        (f"[{_one_line(e.when)}] " if e.when.strip() else "") + _one_line(e.event)
+        for e in payload.timeline
+    ]
+    bullets("timeline", events)
+    for name in ("identifiers", "retrieval_hints"):
+        items = [i.strip() for i in getattr(payload, name) if i.strip()]
+        if items:
+            out.append(f"{h[name]}{sep}{', '.join(items)}")
+    return "\n".join(out)
+
+
+# --- fitting a token budget -------------------------------------------------------------------
+
+_ORDERED_LISTS = (
+    "timeline",
+    "stable_facts",
+    "decisions",
+    "in_progress_tasks",
+    "open_questions",
+    "user_profile",
+)
+
+
+def _materialize(base: SummaryPayload, state: dict[str, int]) -> SummaryPayload:
+    def tail(items: list[Any], keep: int) -> list[Any]:
+        return list(items[len(items) - keep :]) if keep > 0 else []
+
+    return SummaryPayload(
+        summary=_fit_lines(base.summary, state["summary"]),
+        conversation_goal=_cut(base.conversation_goal.strip(), state["conversation_goal"]),
+        stable_facts=tail(base.stable_facts, state["stable_facts"]),
+        user_profile=tail(base.user_profile, state["user_profile"]),
+        decisions=tail(base.decisions, state["decisions"]),
+        open_questions=tail(base.open_questions, state["open_questions"]),
+        in_progress_tasks=[
+            t.model_copy(deep=True)
+            for t in tail(base.in_progress_tasks, state["in_progress_tasks"])
+        ],
+        timeline=[e.model_copy() for e in tail(base.timeline, state["timeline"])],
+        retrieval_hints=tail(base.retrieval_hints, state["retrieval_hints"]),
+        identifiers=tail(base.identifiers, state["identifiers"]),
+        # Pinned facts are dropped from the newest end: only the last resort gets here.
+        pinned_facts=list(base.pinned_facts[: state["pinned_facts"]]),
+    )
+
+
+def _reduction_states(base: SummaryPayload) -> list[dict[str, int]]:
+    """Ever smaller versions of ``base`` as keep-counts / character limits, in sacrifice order:
+    keywords; then every list down to a few newest items and the summary to half; then the lists
+    entirely; the summary; the goal; identifiers (lowest priority first); pinned facts last."""
+    state = {
+        name: len(getattr(base, name))
+        for name in (*_ORDERED_LISTS, "retrieval_hints", "identifiers", "pinned_facts")
+    }
+    state["summary"] = len(base.summary.strip())
+    state["conversation_goal"] = len(base.conversation_goal.strip())
+    states = [dict(state)]
+
+    def shrink_list(name: str, floor: int) -> None:
+        while state[name] > floor:
+            state[name] -= 1
+            states.append(dict(state))
+
+    def shrink_text(name: str, floor: int) -> None:
+        length = state[name]
+        step = max(8, -(-length // 48))
+        while length > floor:
+            length = max(floor, length - step)
+            state[name] = length
+            states.append(dict(state))
+
+    shrink_list("retrieval_hints", 0)
+    for name in _ORDERED_LISTS:
+        shrink_list(name, 1 if name == "in_progress_tasks" else 3)
+    shrink_text("summary", state["summary"] // 2)
+    for name in _ORDERED_LISTS:
+        shrink_list(name, 0)
+    shrink_text("summary", 0)
+    shrink_text("conversation_goal", 0)
+    shrink_list("identifiers", 0)
+    shrink_list("pinned_facts", 0)
+    return states
+
+
+def fit_to_budget(
+    payload: SummaryPayload,
+    budget_tokens: int,
+    count_tokens: Callable[[str], int],
+    lang: str = "en",
+) -> SummaryPayload:
+    """``payload`` reduced until ``count_tokens(render_payload(p, lang)) <= budget_tokens``.
+
+    Sacrifice order (see ``_reduction_states``): retrieval keywords, the oldest timeline events,
+    facts, decisions, tasks, open questions and profile entries (first down to a few, with the
+    summary halved, then entirely), then the summary (oldest lines first), the goal, identifiers
+    (from the head of the list: oldest / lowest priority), and as the very last resort pinned
+    facts, dropped whole from the newest end. The candidates form one shrinking sequence; a
+    binary search over it takes about log2(length) counts. The result always fits, except when
+    even the empty rendering does not (``count_tokens("") > budget_tokens``): then the empty
+    payload is returned. Always terminates."""
+    base = payload.model_copy(deep=True)
+    if count_tokens(render_payload(base, lang)) <= budget_tokens:
+        return base
+    states = _reduction_states(base)
+    cache: dict[int, tuple[SummaryPayload, bool]] = {}
+
+    def fits(index: int) -> bool:
+        if index not in cache:
+            candidate = _materialize(base, states[index])
+            cache[index] = (
+                candidate,
+                count_tokens(render_payload(candidate, lang)) <= budget_tokens,
+            )
+        return cache[index][1]
+
+    low, high = 1, len(states) - 1  # states[0] (the original) does not fit
+    if high < low or not fits(high):
+        return SummaryPayload()
+    while low < high:
+        middle = (low + high) // 2
+        if fits(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return cache[high][0]

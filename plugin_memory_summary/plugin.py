@@ -1,0 +1,862 @@
+"""The plugin: hooks and signal receivers feeding one compression pipeline."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from host_stub import signals
+from host_stub.hookspecs import Contribution, PromptView, hookimpl
+from host_stub.messages import Message, text_of
+from host_stub.services import (
+    SUMMARY_NAMESPACE,
+    HostProtocol,
+    LLMService,
+    MemoryService,
+    MessageArchiveService,
+    Snapshot,
+)
+
+from .config import MemorySummaryConfig
+from .decisions import (
+    conversation_messages,
+    cut_point,
+    gain_estimate,
+    hard_triggered,
+    soft_triggered,
+    split_batches,
+    summary_budget,
+    turn_triggered,
+    watermark_keep_tokens,
+)
+from .hygiene import wrap_summary_block
+from .payload import SummaryPayload, render_payload
+from .prompts import detect_language
+from .record import SummaryRecord, dump_record, read_record
+from .redact import Redactor
+from .render import cut_text, render_transcript
+from .summarize import summarize_batches
+
+__all__ = ["PLUGIN_NAME", "MemoryContext", "MemorySummaryPlugin"]
+
+PLUGIN_NAME = "memory-summary"
+log = logging.getLogger("plugin_memory_summary")
+
+FINAL = ("done", "error", "skipped")
+_LOST_RACE = "lost-race"
+
+
+class MemoryContext(BaseModel):
+    """The parts of a session's memory, for callers that assemble their own prompt."""
+
+    session_id: str
+    summary: str | None
+    payload: SummaryPayload | None
+    recent_transcript: str
+    covered_up_to_seq: int
+    summary_version: int
+    active_messages: int
+
+
+@dataclass
+class SessionState:
+    """What the plugin remembers of a session between turns, so the per-turn check is O(1).
+    It is a hint only: every compression decides again on a fresh snapshot."""
+
+    active: int = 0
+    last_seq: int = 0
+    turns_since: int | None = None
+    context_window: int | None = None
+    breakdown: dict[str, int] = field(default_factory=dict)
+    cooldown_until: float = 0.0
+    warned: bool = False
+
+
+class MemorySummaryPlugin:
+    """One instance per host (the entry point names :func:`create_plugin`)."""
+
+    name = PLUGIN_NAME
+
+    def __init__(self) -> None:
+        self.config = MemorySummaryConfig()
+        self.host: HostProtocol | None = None
+        self.memory: MemoryService | None = None
+        self.llm: LLMService | None = None
+        self.archive: MessageArchiveService | None = None
+        self.redactor = Redactor()
+        self._state: dict[str, SessionState] = {}
+        self._running: dict[str, asyncio.Task[dict[str, Any]]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self._semaphore: asyncio.Semaphore | None = None
+        self._blocks: dict[tuple[str, int, int], tuple[str, int]] = {}
+        self._ids = itertools.count(1)
+        self._receivers: list[tuple[str, Callable[..., Any]]] = []
+
+    # -- hooks ---------------------------------------------------------------------------------
+    @hookimpl
+    def plugin_config_schema(self) -> type[BaseModel]:
+        return MemorySummaryConfig
+
+    @hookimpl
+    def startup(
+        self,
+        host: HostProtocol,
+        config: MemorySummaryConfig,
+        memory: MemoryService,
+        llm: LLMService,
+        message_archive: MessageArchiveService | None,
+    ) -> None:
+        self.host, self.memory, self.llm, self.archive = host, memory, llm, message_archive
+        self.config = config
+        self.redactor = Redactor(config.redact_patterns)
+        self._semaphore = asyncio.Semaphore(config.max_concurrent_summaries)
+        for name, receiver in (
+            (signals.AGENT_TURN_AFTER, self._on_turn_after),
+            (signals.TOKEN_USAGE, self._on_token_usage),
+            (signals.SESSION_COMPRESS, self._on_session_compress),
+            (signals.MEMORY_CLEAR, self._on_memory_clear),
+            (signals.MEMORY_MESSAGES_DELETED, self._on_messages_deleted),
+        ):
+            host.bus.connect(name, receiver)
+            self._receivers.append((name, receiver))
+
+    @hookimpl
+    def agent_prompt(self, view: PromptView) -> Contribution | None:
+        state = self._state.setdefault(view.session_id, SessionState())
+        state.context_window = view.context_window
+        if self.config.strategy != "summary" or view.summary is None:
+            return None
+        record = read_record(view.summary, view.epoch)
+        if record is None or record.stale or not record.text:
+            return None
+        block, _ = self._block(view.session_id, view.summary.version, record, view.context_window)
+        return Contribution(id=PLUGIN_NAME, anchor="context", content=block)
+
+    @hookimpl
+    async def before_model_call(self, view: PromptView) -> None:
+        if self.config.strategy == "off":
+            return
+        state = self._state.setdefault(view.session_id, SessionState())
+        state.context_window = view.context_window
+        state.breakdown = dict(view.breakdown)
+        if not hard_triggered(
+            view.usage_ratio, self.config.hard_compress_threshold, dry_run=view.dry_run
+        ):
+            return
+        if time.monotonic() < state.cooldown_until:
+            return
+        try:
+            await self.request(
+                view.session_id,
+                "hard",
+                usage_ratio=view.usage_ratio,
+                deadline_s=self.config.hard_deadline_s,
+            )
+        except Exception:  # never fail the turn
+            log.exception("hard compression of %s failed", view.session_id)
+
+    @hookimpl
+    async def shutdown(self) -> None:
+        for name, receiver in self._receivers:
+            if self.host is not None:
+                self.host.bus.disconnect(name, receiver)
+        self._receivers.clear()
+        pending = [t for t in self._background if not t.done()]
+        if pending:
+            _, still = await asyncio.wait(pending, timeout=self.config.shutdown_grace_s)
+            for task in still:
+                task.cancel()
+            if still:
+                await asyncio.gather(*still, return_exceptions=True)
+
+    @hookimpl
+    def register_commands(self, cli: Any, open_host: Any) -> None:
+        from .commands import register
+
+        register(cli, open_host)
+
+    # -- receivers -----------------------------------------------------------------------------
+    async def _on_turn_after(self, sender: Any, **payload: Any) -> None:
+        if self.config.strategy == "off":
+            return
+        session_id: str = payload["session_id"]
+        seqs = [
+            m.seq for m in (payload.get("message"), payload.get("reply")) if m is not None and m.seq
+        ]
+        state = self._state.get(session_id)
+        if state is None or state.turns_since is None and state.last_seq == 0:
+            self._spawn(self._cold_turn_check(session_id, payload["outcome"]))
+            return
+        last = max(seqs, default=state.last_seq)
+        state.active += max(0, last - state.last_seq)
+        state.last_seq = max(state.last_seq, last)
+        if state.turns_since is not None:
+            state.turns_since += 1
+        if (
+            turn_triggered(
+                payload["outcome"],
+                state.active,
+                self.config.threshold,
+                state.turns_since,
+                self.config.debounce_turns,
+            )
+            and session_id not in self._running
+        ):
+            self._spawn(self.request(session_id, "turn"))
+
+    async def _cold_turn_check(self, session_id: str, outcome: str) -> None:
+        """First turn seen of a session in this process: learn its numbers from the store."""
+        assert self.memory is not None
+        snap = await self.memory.snapshot(session_id)
+        state = self._refresh_state(snap)
+        if (
+            turn_triggered(
+                outcome,
+                state.active,
+                self.config.threshold,
+                state.turns_since,
+                self.config.debounce_turns,
+            )
+            and session_id not in self._running
+        ):
+            await self.request(session_id, "turn")
+
+    async def _on_token_usage(self, sender: Any, **payload: Any) -> None:
+        if self.config.strategy == "off":
+            return
+        session_id = payload["session_id"]
+        state = self._state.setdefault(session_id, SessionState())
+        state.context_window = payload["context_window"]
+        state.breakdown = payload["breakdown"].model_dump()
+        if not soft_triggered(
+            payload["usage_ratio"],
+            self.config.auto_compress_threshold,
+            dry_run=payload["dry_run"],
+            rebuilt=payload["rebuilt"],
+        ):
+            return
+        if session_id in self._running or time.monotonic() < state.cooldown_until:
+            return
+        assert self.host is not None
+        await self.host.bus.send(
+            signals.SESSION_COMPRESS,
+            request_id=self._request_id(session_id),
+            session_id=session_id,
+            reason="auto",
+            usage_ratio=payload["usage_ratio"],
+        )
+
+    async def _on_session_compress(self, sender: Any, **payload: Any) -> None:
+        reason = payload["reason"]
+        self._spawn(
+            self.request(
+                payload["session_id"],
+                reason,
+                request_id=payload["request_id"],
+                usage_ratio=payload.get("usage_ratio"),
+                deadline_s=self.config.hard_deadline_s if reason == "hard" else None,
+            )
+        )
+
+    async def _on_memory_clear(self, sender: Any, **payload: Any) -> dict[str, Any] | None:
+        types = payload.get("types")
+        if types is not None and "summary" not in types:
+            return None
+        assert self.memory is not None
+        if payload.get("scope") == "all" or payload.get("session_id") is None:
+            sessions = [s.session_id for s in await self.memory.list_sessions()]
+        else:
+            sessions = [payload["session_id"]]
+        cancelled = 0
+        for session_id in sessions:
+            task = self._running.get(session_id)
+            if task is not None and not task.done():
+                task.cancel()
+                cancelled += 1
+            await self.memory.clear(session_id, [SUMMARY_NAMESPACE])
+            self._state.pop(session_id, None)
+        self._blocks.clear()
+        return {"summary": {"sessions": len(sessions), "cancelled": cancelled}}
+
+    async def _on_messages_deleted(self, sender: Any, **payload: Any) -> None:
+        assert self.memory is not None
+        session_id, seqs = payload["session_id"], payload["seqs"]
+        for _ in range(3):
+            snap = await self.memory.snapshot(session_id)
+            record = read_record(snap.record, snap.epoch)
+            if record is None or not seqs or min(seqs) > record.covered_up_to_seq:
+                return
+            record = record.model_copy(update={"stale": True, "updated_at": time.time()})
+            assert snap.record is not None
+            if (
+                await self.memory.save_metadata(
+                    SUMMARY_NAMESPACE,
+                    session_id,
+                    dump_record(record),
+                    expected_version=snap.record.version,
+                )
+                is not None
+            ):
+                self._spawn(self.rebuild(session_id))
+                return
+
+    # -- requests ------------------------------------------------------------------------------
+    def _request_id(self, session_id: str) -> str:
+        return f"{PLUGIN_NAME}:{session_id}:{next(self._ids)}"
+
+    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def _emit(
+        self, request_id: str, session_id: str, status: str, reason: str, stats: dict[str, Any]
+    ) -> None:
+        if self.host is None:
+            return
+        await self.host.bus.send(
+            signals.SESSION_COMPRESSING,
+            request_id=request_id,
+            session_id=session_id,
+            status=status,
+            reason=reason,
+            stats=stats,
+        )
+
+    async def request(
+        self,
+        session_id: str,
+        reason: str,
+        *,
+        request_id: str | None = None,
+        usage_ratio: float | None = None,
+        deadline_s: float | None = None,
+    ) -> dict[str, Any]:
+        """Compress a session (joining a compression already running for it) and report. Returns
+        the final status ``{"status", "reason", "stats"}``; never raises for a failed compression."""
+        request_id = request_id or self._request_id(session_id)
+        final: dict[str, Any] = {"status": "error", "reason": "cancelled", "stats": {}}
+        await self._emit(request_id, session_id, "start", reason, {"usage_ratio": usage_ratio})
+        try:
+            deadline = None if deadline_s is None else time.monotonic() + deadline_s
+            joined = session_id in self._running
+            final = await self._join_or_run(session_id, reason, deadline)
+            if joined and reason == "hard":
+                # The run this request joined was built on an older snapshot: look again.
+                again = await self._join_or_run(session_id, reason, deadline)
+                if again["status"] == "done" or final["status"] != "done":
+                    final = again
+        except asyncio.CancelledError:
+            final = {"status": "error", "reason": "cancelled (host shutting down)", "stats": {}}
+            raise
+        except Exception as exc:  # a bug must cost a compression, not a turn
+            log.exception("compression of %s failed", session_id)
+            final = {"status": "error", "reason": f"{type(exc).__name__}: {exc}", "stats": {}}
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(
+                    self._emit(
+                        request_id, session_id, final["status"], final["reason"], final["stats"]
+                    )
+                )
+        return final
+
+    async def _join_or_run(
+        self, session_id: str, reason: str, deadline: float | None
+    ) -> dict[str, Any]:
+        task = self._running.get(session_id)
+        if task is None or task.done():
+            task = asyncio.ensure_future(self._run(session_id, reason, deadline))
+            self._running[session_id] = task
+            task.add_done_callback(lambda t, s=session_id: self._forget_task(s, t))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if task.cancelled() and not (current is not None and current.cancelling()):
+                return {"status": "skipped", "reason": "cancelled by memory:clear", "stats": {}}
+            raise
+
+    def _forget_task(self, session_id: str, task: asyncio.Task[Any]) -> None:
+        if self._running.get(session_id) is task:
+            del self._running[session_id]
+
+    async def _run(self, session_id: str, reason: str, deadline: float | None) -> dict[str, Any]:
+        assert self.memory is not None and self._semaphore is not None
+        gate = contextlib.nullcontext() if reason == "hard" else self._semaphore
+        async with gate:
+            lease = await self.memory.acquire_lease(
+                f"{PLUGIN_NAME}:{session_id}", self.config.lease_ttl_s
+            )
+            while lease is None and deadline is not None and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+                lease = await self.memory.acquire_lease(
+                    f"{PLUGIN_NAME}:{session_id}", self.config.lease_ttl_s
+                )
+            if lease is None:
+                return {
+                    "status": "skipped",
+                    "reason": "another process is compressing this session",
+                    "stats": {},
+                }
+            try:
+                for _ in range(3):
+                    result = await self._compress_once(session_id, reason, deadline)
+                    if result["status"] != _LOST_RACE:
+                        return result
+                return {
+                    "status": "skipped",
+                    "reason": "lost the commit race three times",
+                    "stats": {},
+                }
+            finally:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self.memory.release_lease(lease))
+
+    # -- the pipeline --------------------------------------------------------------------------
+    def _count(self, text: str) -> int:
+        assert self.llm is not None
+        return self.llm.count_tokens(text, self._summary_model() or self.llm.default_model)
+
+    def _summary_model(self) -> str | None:
+        assert self.llm is not None
+        return self.config.summary_model or self.llm.default_model
+
+    def _budget(self, context_window: int) -> int:
+        assert self.llm is not None
+        model = self._summary_model()
+        max_out = self.llm.max_output_tokens(model) if model else None
+        return summary_budget(
+            context_window, self.config.summary_token_ratio, self.config.summary_max_tokens, max_out
+        )
+
+    def _batch_tokens(self, budget: int) -> int:
+        if self.config.batch_tokens:
+            return self.config.batch_tokens
+        assert self.llm is not None
+        model = self._summary_model()
+        window = self.llm.context_window(model) if model else 16_000
+        # Room for the prompt, the previous summary and the answer.
+        return max(1000, int(window * 0.6) - 2 * budget - 1000)
+
+    def _context_window(self, session_id: str) -> int:
+        state = self._state.get(session_id)
+        if state is not None and state.context_window:
+            return state.context_window
+        assert self.llm is not None
+        return self.llm.context_window(self.llm.default_model)
+
+    def _language(self, conv: list[Message]) -> str:
+        """The configured language, or the one of the conversation's own words (tool payloads,
+        often English JSON, left out)."""
+        if self.config.language != "auto":
+            return self.config.language
+        return detect_language(
+            text_of(m.content) for m in conv[-40:] if m.role in ("user", "assistant") and not m.tool_calls
+        )
+
+    def _refresh_state(self, snap: Snapshot) -> SessionState:
+        state = self._state.setdefault(snap.session_id, SessionState())
+        conv = conversation_messages(snap.messages)
+        record = read_record(snap.record, snap.epoch)
+        state.active = len(conv)
+        state.last_seq = snap.last_seq or 0
+        if record is None:
+            state.turns_since = None
+        else:
+            state.turns_since = sum(
+                1 for m in conv if m.role == "user" and (m.seq or 0) > record.compressed_at_seq
+            )
+        return state
+
+    def _block(
+        self, session_id: str, version: int, record: SummaryRecord, window: int
+    ) -> tuple[str, int]:
+        """The injected block for a record version, cut to the budget with the same counter that
+        measures it; cached per version so the per-turn cost does not grow with anything."""
+        budget = self._budget(window)
+        key = (session_id, version, budget)
+        cached = self._blocks.get(key)
+        if cached is not None:
+            return cached
+        block = wrap_summary_block(record.text, record.lang)
+        tokens = self._count(block)
+        if tokens > budget:
+            text = record.text
+            lo, hi = 0, len(text)
+            while lo < hi:  # longest prefix whose block fits
+                mid = (lo + hi + 1) // 2
+                if self._count(wrap_summary_block(cut_text(text, mid), record.lang)) <= budget:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            block = wrap_summary_block(cut_text(text, lo), record.lang)
+            tokens = self._count(block)
+        if len(self._blocks) > 4096:
+            self._blocks.clear()
+        self._blocks[key] = (block, tokens)
+        return block, tokens
+
+    async def _compress_once(
+        self, session_id: str, reason: str, deadline: float | None
+    ) -> dict[str, Any]:
+        assert self.memory is not None and self.llm is not None
+        cfg = self.config
+        started = time.monotonic()
+        snap = await self.memory.snapshot(session_id)
+        state = self._refresh_state(snap)
+        record = read_record(snap.record, snap.epoch)
+        conv = conversation_messages(snap.messages)
+        if reason == "turn" and len(conv) < cfg.threshold:
+            return {
+                "status": "skipped",
+                "reason": f"{len(conv)} messages, below threshold {cfg.threshold}",
+                "stats": {},
+            }
+        window = self._context_window(session_id)
+        budget = self._budget(window)
+        keep_tokens = cfg.keep_recent_tokens
+        mark = {"auto": cfg.auto_compress_threshold, "hard": cfg.hard_compress_threshold}.get(
+            reason
+        )
+        breakdown = state.breakdown
+        if mark and breakdown:
+            fixed = (
+                breakdown.get("system", 0)
+                + breakdown.get("tool_defs", 0)
+                + breakdown.get("reserved_for_reply", 0)
+            )
+            fit = watermark_keep_tokens(
+                context_window=window, mark=mark, fixed_tokens=fixed, summary_budget_tokens=budget
+            )
+            keep_tokens = fit if keep_tokens is None else min(keep_tokens, fit)
+        cut = cut_point(snap.messages, cfg.keep_recent, keep_tokens)
+        if cut is None:
+            return {
+                "status": "skipped",
+                "reason": f"nothing to compress ({len(conv)} active messages)",
+                "stats": {},
+            }
+        batches = split_batches(cut.messages, self._batch_tokens(budget))[: cfg.max_batches_per_run]
+        covered = batches[-1][-1].seq or 0
+        archived_tokens = sum(m.tokens or 0 for b in batches for m in b)
+        tokens_before = sum(m.tokens or 0 for m in conv)
+        if mark and breakdown:
+            summary_now = breakdown.get("summary", 0)
+            gain = gain_estimate(
+                archived_tokens=archived_tokens,
+                summary_tokens_now=summary_now,
+                summary_budget_tokens=budget,
+                context_window=window,
+            )
+            if gain < cfg.min_gain:
+                state.cooldown_until = time.monotonic() + cfg.cooldown_s
+                fixed_share = (sum(breakdown.values()) - archived_tokens) / max(1, window)
+                if not state.warned:
+                    state.warned = True
+                    log.warning(
+                        "session %s: compression would free only %.0f%% of the %d-token window "
+                        "(min_gain %.0f%%); what cannot be compressed is %.0f%% of it "
+                        "(system %d, tool definitions %d, reply reserve %d, summary %d, kept %d); "
+                        "cooling down %.0fs",
+                        session_id,
+                        gain * 100,
+                        window,
+                        cfg.min_gain * 100,
+                        fixed_share * 100,
+                        breakdown.get("system", 0),
+                        breakdown.get("tool_defs", 0),
+                        breakdown.get("reserved_for_reply", 0),
+                        summary_now,
+                        sum(m.tokens or 0 for m in cut.kept),
+                        cfg.cooldown_s,
+                    )
+                return {
+                    "status": "skipped",
+                    "reason": f"min_gain: would free {gain:.1%} of the window",
+                    "stats": {"gain": gain},
+                }
+        stats: dict[str, Any] = {
+            "trigger": reason,
+            "messages_summarized": 0,
+            "tokens_before": tokens_before,
+            "model": None,
+            "cost": 0.0,
+            "fallback": None,
+        }
+        if cfg.strategy == "window":
+            archived = await self.memory.trim_history(
+                session_id, up_to_seq=covered, reason="window"
+            )
+            stats.update(messages_archived=len(archived), fallback=None)
+            return self._finish(
+                stats, state, started, tokens_before - archived_tokens, "done", "window"
+            )
+        lang = (
+            cfg.language
+            if cfg.language != "auto"
+            else detect_language(text_of(m.content) for m in conv[-40:])
+        )
+        model = self._summary_model()
+        outcome = await summarize_batches(
+            record.payload if record else None,
+            batches,
+            llm=self.llm,
+            model=model,
+            config=cfg,
+            budget=budget,
+            lang=lang,
+            redactor=self.redactor,
+            count_tokens=self._count,
+            deadline=deadline,
+        )
+        stats.update(
+            model=model, cost=outcome.cost, fallback=outcome.fallback, llm_calls=outcome.llm_calls
+        )
+        status = "error" if outcome.errors else "done"
+        why = "; ".join(outcome.errors + outcome.notes) or reason
+        if outcome.batches_done == 0:
+            archived = await self.memory.trim_history(
+                session_id, up_to_seq=covered, reason="fallback-trim"
+            )
+            stats.update(messages_archived=len(archived))
+            return self._finish(stats, state, started, tokens_before - archived_tokens, status, why)
+        covered_now = batches[outcome.batches_done - 1][-1].seq or 0
+        summarized = [m for b in batches[: outcome.batches_done] for m in b]
+        now = time.time()
+        text = render_payload(outcome.payload, lang)
+        new = SummaryRecord(
+            text=text,
+            payload=outcome.payload,
+            lang=lang,
+            covered_up_to_seq=covered_now,
+            epoch=snap.epoch,
+            compressed_at_seq=snap.last_seq or 0,
+            messages_summarized=(record.messages_summarized if record else 0) + len(summarized),
+            compressions=(record.compressions if record else 0) + 1,
+            model=model if outcome.llm_calls and not outcome.errors else None,
+            cost=(record.cost if record else 0.0) + outcome.cost,
+            fallback=outcome.fallback,
+            created_at=record.created_at if record else now,
+            updated_at=now,
+        )
+        won = await self.memory.commit_compression(
+            session_id,
+            dump_record(new),
+            expected_version=snap.record.version if snap.record else 0,
+            archive_through_seq=covered_now,
+            epoch=snap.epoch,
+        )
+        if not won:
+            if await self.memory.get_epoch(session_id) != snap.epoch:
+                return {
+                    "status": "skipped",
+                    "reason": "session cleared during compression",
+                    "stats": {},
+                }
+            return {"status": _LOST_RACE, "reason": "", "stats": {}}
+        if covered_now < covered:  # trim fallback stopped early: the rest is only archived
+            await self.memory.trim_history(session_id, up_to_seq=covered, reason="fallback-trim")
+        summary_tokens = self._count(text)
+        stats.update(
+            messages_summarized=len(summarized),
+            summary_tokens=summary_tokens,
+            covered_up_to_seq=covered_now,
+        )
+        if self.archive is not None:
+            marker = Message(
+                role="system",
+                kind="event-marker",
+                content=f"[memory-summary] {len(summarized)} messages summarized (through seq {covered_now})",
+                metadata={
+                    "plugin": PLUGIN_NAME,
+                    "covered_up_to_seq": covered_now,
+                    "trigger": reason,
+                },
+            )
+            try:
+                await self.archive.save_message(session_id, marker)
+            except Exception:
+                log.exception("could not write the compression marker of %s", session_id)
+        tokens_after = tokens_before - archived_tokens + summary_tokens
+        result = self._finish(stats, state, started, tokens_after, status, why)
+        state.turns_since = 0
+        return result
+
+    def _finish(
+        self,
+        stats: dict[str, Any],
+        state: SessionState,
+        started: float,
+        tokens_after: int,
+        status: str,
+        why: str,
+    ) -> dict[str, Any]:
+        stats["tokens_after"] = tokens_after
+        stats["duration_s"] = round(time.monotonic() - started, 4)
+        state.active = max(
+            0,
+            state.active - stats.get("messages_summarized", 0) - stats.get("messages_archived", 0),
+        )
+        return {"status": status, "reason": why, "stats": stats}
+
+    # -- public API ----------------------------------------------------------------------------
+    async def get_conversation_summary(self, session_id: str) -> str | None:
+        """The current summary text of a session, or ``None``."""
+        record = await self.show(session_id)
+        return record.text if record and record.text else None
+
+    async def show(self, session_id: str) -> SummaryRecord | None:
+        assert self.memory is not None
+        entry = await self.memory.get_metadata(SUMMARY_NAMESPACE, session_id)
+        return read_record(entry, await self.memory.get_epoch(session_id))
+
+    async def compress(self, session_id: str, reason: str = "manual") -> dict[str, Any]:
+        """Compress now (ignoring ``threshold``) and return the final status."""
+        return await self.request(session_id, reason)
+
+    async def memory_context(self, session_id: str, recent: int | None = None) -> MemoryContext:
+        assert self.memory is not None
+        snap = await self.memory.snapshot(session_id)
+        record = read_record(snap.record, snap.epoch)
+        conv = conversation_messages(snap.messages)
+        if recent is not None:
+            conv = conv[-recent:]
+        return MemoryContext(
+            session_id=session_id,
+            summary=record.text if record else None,
+            payload=record.payload if record else None,
+            recent_transcript=render_transcript(
+                conv,
+                tool_truncate_chars=self.config.tool_truncate_chars,
+                message_truncate_chars=self.config.message_truncate_chars,
+                lang=record.lang if record else "en",
+            ),
+            covered_up_to_seq=record.covered_up_to_seq if record else 0,
+            summary_version=snap.record.version if snap.record else 0,
+            active_messages=len(conversation_messages(snap.messages)),
+        )
+
+    async def _update_record(
+        self, session_id: str, change: Callable[[SummaryRecord], SummaryRecord]
+    ) -> SummaryRecord:
+        """Read-modify-write of the record with compare-and-set, retried on a concurrent write."""
+        assert self.memory is not None
+        for _ in range(10):
+            snap = await self.memory.snapshot(session_id)
+            record = read_record(snap.record, snap.epoch) or SummaryRecord(
+                epoch=snap.epoch, created_at=time.time()
+            )
+            updated = change(record).model_copy(update={"updated_at": time.time()})
+            version = await self.memory.save_metadata(
+                SUMMARY_NAMESPACE,
+                session_id,
+                dump_record(updated),
+                expected_version=snap.record.version if snap.record else 0,
+            )
+            if version is not None:
+                return updated
+        raise RuntimeError(f"summary of {session_id} kept changing; edit not saved")
+
+    async def edit(self, session_id: str, text: str) -> SummaryRecord:
+        """Replace the summary's prose; the structured fields and pinned facts stay."""
+
+        def change(record: SummaryRecord) -> SummaryRecord:
+            payload = record.payload.model_copy(update={"summary": text})
+            return record.model_copy(
+                update={"payload": payload, "text": render_payload(payload, record.lang)}
+            )
+
+        return await self._update_record(session_id, change)
+
+    async def pin(self, session_id: str, fact: str) -> SummaryRecord:
+        """Pin a fact: every later merge keeps it verbatim."""
+
+        def change(record: SummaryRecord) -> SummaryRecord:
+            pinned = list(dict.fromkeys([*record.payload.pinned_facts, fact]))
+            payload = record.payload.model_copy(update={"pinned_facts": pinned})
+            return record.model_copy(
+                update={"payload": payload, "text": render_payload(payload, record.lang)}
+            )
+
+        return await self._update_record(session_id, change)
+
+    async def unpin(self, session_id: str, fact: str) -> SummaryRecord:
+        def change(record: SummaryRecord) -> SummaryRecord:
+            pinned = [f for f in record.payload.pinned_facts if f != fact]
+            payload = record.payload.model_copy(update={"pinned_facts": pinned})
+            return record.model_copy(
+                update={"payload": payload, "text": render_payload(payload, record.lang)}
+            )
+
+        return await self._update_record(session_id, change)
+
+    async def rebuild(self, session_id: str) -> dict[str, Any]:
+        """Re-summarize from the archived (summarized) and active messages of the current epoch;
+        pinned facts stay."""
+        assert self.memory is not None and self.llm is not None
+        snap = await self.memory.snapshot(session_id)
+        record = read_record(snap.record, snap.epoch)
+        archived = [
+            m
+            for m in await self.memory.get_archived(session_id, epoch=snap.epoch)
+            if m.archived == "summarized"
+        ]
+        archived = conversation_messages(archived)
+        start = SummaryPayload(pinned_facts=record.payload.pinned_facts if record else [])
+        window = self._context_window(session_id)
+        budget = self._budget(window)
+        lang = (
+            record.lang if record else detect_language(text_of(m.content) for m in archived[-40:])
+        )
+        if archived:
+            outcome = await summarize_batches(
+                start,
+                split_batches(archived, self._batch_tokens(budget)),
+                llm=self.llm,
+                model=self._summary_model(),
+                config=self.config,
+                budget=budget,
+                lang=lang,
+                redactor=self.redactor,
+                count_tokens=self._count,
+            )
+            payload = outcome.payload
+        else:
+            payload = start
+        now = time.time()
+        covered = max([record.covered_up_to_seq if record else 0, *[m.seq or 0 for m in archived]])
+        new = SummaryRecord(
+            text=render_payload(payload, lang) if archived or payload.pinned_facts else "",
+            payload=payload,
+            lang=lang,
+            covered_up_to_seq=covered,
+            epoch=snap.epoch,
+            compressed_at_seq=record.compressed_at_seq if record else 0,
+            messages_summarized=len(archived),
+            compressions=(record.compressions if record else 0),
+            created_at=record.created_at if record else now,
+            updated_at=now,
+        )
+        won = await self.memory.commit_compression(
+            session_id,
+            dump_record(new),
+            expected_version=snap.record.version if snap.record else 0,
+            archive_through_seq=covered,
+            epoch=snap.epoch,
+        )
+        self._blocks.clear()
+        if not won:
+            return {"status": "skipped", "reason": "summary changed during rebuild", "stats": {}}
+        result = await self.request(session_id, "manual")
+        result.setdefault("stats", {})["rebuilt_from"] = len(archived)
+        return result

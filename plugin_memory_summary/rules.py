@@ -1,0 +1,521 @@
+"""The rules engine: seed 002's ``fallbackMerge``, improved. It folds a batch of messages into the
+previous payload without any model: deterministic (no clock, no randomness, no set iteration),
+extractive (every item is text of the previous payload or of the messages, cut at most),
+idempotent (the same batch merged twice into its own result adds nothing) and always within the
+token budget. Identifiers are carried verbatim; when the cap forces a choice, the ones a user typed
+or a tool call used outrank the ones an assistant mentioned, which outrank the ones that only
+appeared in a tool result; newer outranks older.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import regex
+
+from host_stub.messages import Message, text_of, tool_groups
+
+from .config import PayloadCaps
+from .payload import (
+    InProgressTask,
+    SummaryPayload,
+    TimelineEvent,
+    _cut,
+    _fit_lines,
+    _one_line,
+    apply_caps,
+    extract_identifiers,
+    fit_to_budget,
+)
+
+__all__ = ["rules_merge"]
+
+# --- vocabulary -------------------------------------------------------------------------------
+
+_ACK_WORDS = frozenset(
+    """yes yeah yep yup ok okay k sure please proceed go ahead thanks thank you ty no nope nah
+    that's thats it is fine great perfect correct right confirm confirmed do that sounds good
+    cool alright all hi hello hey bye goodbye sounds lets let's 好 好的 是 是的 对 对的
+    嗯 嗯嗯 谢谢 谢谢你 多谢 可以 行 没问题 确认 收到 好吧 不用 不 不是 你好 再见""".split()
+)
+_STOPWORDS_EN = frozenset(
+    """the and for are but not you your yours with this that these those from have has had was
+    were been being will would could should can may might must shall what which who whom whose
+    when where why how all any both each few more most other some such only own same than too
+    very just also into onto over under again then once here there about above below after
+    before between through during out off our ours they them their theirs she her hers him his
+    its it's i'm i'd i'll i've you're you'd you'll we're we'd let let's please thanks thank
+    hello yes okay sure like want need would could get got make made know see one two three
+    there's here's that's what's don't doesn't didn't can't won't isn't aren't wasn't weren't
+    also well much many still even now need does did done doing able via per""".split()
+)
+#: Seed 002's noise words (~11), plus a few of the same kind.
+_STOPWORDS_ZH = frozenset(
+    """请问 帮我 一下 怎么 什么 如何 可以 我们 你们 这个 那个 谢谢 你好 是否 需要 一个 没有 就是
+    还是 因为 所以 但是 如果 已经 现在""".split()
+)
+_ZH_SPLIT_CHARS = "的了是在和与我你他她它们吗呢吧啊呀也都就还把被给让很太再又或及"
+
+_REQUEST = regex.compile(
+    r"\b(?:i(?:'d| would) (?:like|love)|i want|i wanna|i need|i wish|i plan"
+    r"|i(?:'m| am) (?:looking|trying|hoping|planning)|looking (?:for|to)|help me"
+    r"|can you|could you|would you|please(?! (?:proceed|go ahead|confirm|do))|let's)\b"
+    r"|我想|我要|我需要|我打算|帮我|请你|请帮|麻烦|能否|能不能|可不可以|希望",
+    regex.IGNORECASE,
+)
+#: A reply to the assistant ("Yes, please proceed with that booking"): not a new goal.
+_CONFIRMATION = regex.compile(
+    r"^(?:yes|yeah|yep|yup|ok|okay|sure|no|nope|correct|right|great|perfect|alright)\b"
+    r"|^(?:好的|好|是的|是|对|可以|行|没问题|确认|不用|不是)",
+    regex.IGNORECASE,
+)
+_DECISION = regex.compile(
+    r"\b(?:confirmed|booked|done|completed|cancell?ed|updated|scheduled|resolved|agreed|reserved"
+    r"|refunded|processed|modified|changed|upgraded|successfully|finali[sz]ed|approved|issued"
+    r"|all set)\b|已|完成|确认|成功|搞定",
+    regex.IGNORECASE,
+)
+_PROFILE = regex.compile(
+    r"\b(?:i(?:'m| am) (?:a|an|from|allergic|married|single|vegetarian|vegan|retired|based)\b"
+    r"|my name(?: is|'s)|call me|i live|i work|i prefer|i like|i love|i hate|i dislike"
+    r"|i don't like|i do not like|i was born|my birthday|i have (?:a|an|two|three|\d)"
+    r"|i usually|i always|i never|my (?:[\w-]+ ){0,2}(?:is|are)\b)"
+    r"|我是|我叫|我的名字|我住|我在.{0,8}工作|我喜欢|我爱|我不喜欢|我讨厌|我偏好|我习惯|我来自"
+    r"|我对.{0,6}过敏|我有|我的.{1,6}是",
+    regex.IGNORECASE,
+)
+_TOOL_FAILURE = regex.compile(
+    r"^\s*(?:error|exception|failed|failure)\b|\b(?:not found|invalid|unauthori[sz]ed|denied)\b",
+    regex.IGNORECASE,
+)
+_LOCOMO_PREFIX = regex.compile(r"^\s*\[([^\[\]\n]{3,60})\]\s*(?:([^:：\n]{1,40}?)[:：]\s+)?")
+_MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
+_DATE = regex.compile(
+    r"\b\d{4}-\d{1,2}-\d{1,2}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
+    rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTH},?\s+\d{{4}}\b"
+    rf"|\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?\b"
+    r"|\d{4}年\d{1,2}月(?:\d{1,2}[日号])?|\d{1,2}月\d{1,2}[日号]",
+)
+_BULLET = regex.compile(r"^\s*(?:[-*•>]+|\d{1,3}[.)])\s+")
+_SENTENCE_END = regex.compile(r"(?<=[.!?])\s+(?=\S)|(?<=[。！？])")
+_WORD = regex.compile(r"[\p{L}\p{N}'’]+")
+_LATIN_WORD = regex.compile(r"[A-Za-z][A-Za-z0-9'\-]{2,}")
+_CJK_RUN = regex.compile(r"\p{Han}+")
+
+_LABELS = {
+    "en": {
+        "cares": "User cares about",
+        "concluded": "Conclusions",
+        "sep": ": ",
+        "join": "; ",
+        "end": ".",
+    },
+    "zh": {"cares": "用户关注", "concluded": "已有结论", "sep": "：", "join": "；", "end": "。"},
+}
+
+# Identifier tiers: higher is kept longer when the cap forces a choice.
+_TIER_TOOL_RESULT, _TIER_ASSISTANT, _TIER_USER = 1, 2, 3
+
+
+# --- digesting the batch ----------------------------------------------------------------------
+
+
+@dataclass
+class _Call:
+    name: str
+    arguments: str
+    result: str | None
+
+
+@dataclass
+class _Turn:
+    index: int
+    role: str
+    text: str
+    when: str = ""
+    speaker: str = ""
+    sentences: list[str] = field(default_factory=list)
+    calls: list[_Call] = field(default_factory=list)
+
+
+def _clean_sentence(text: str) -> str:
+    return _one_line(text.replace("**", "").replace("__", "").replace("`", ""))
+
+
+def _sentences(text: str) -> list[str]:
+    out: list[str] = []
+    for line in text.split("\n"):
+        line = _BULLET.sub("", line.strip())
+        for part in _SENTENCE_END.split(line):
+            sentence = _clean_sentence(part)
+            if sentence:
+                out.append(sentence)
+    return out
+
+
+def _digest(messages: Sequence[Message]) -> list[_Turn]:
+    chat = [m for m in messages if not m.is_marker and m.role != "system"]
+    results: dict[int, dict[str, str]] = {}
+    for start, end, _complete in tool_groups(chat):
+        by_id: dict[str, str] = {}
+        for reply in chat[start + 1 : end]:
+            by_id.setdefault(str(reply.tool_call_id), text_of(reply.content))
+        results[start] = by_id
+    turns: list[_Turn] = []
+    for index, message in enumerate(chat):
+        text = text_of(message.content)
+        turn = _Turn(index=index, role=message.role, text=text)
+        if message.role in ("user", "assistant"):
+            prefix = _LOCOMO_PREFIX.match(text)
+            if prefix:
+                turn.when = prefix.group(1).strip()
+                turn.speaker = (prefix.group(2) or "").strip()
+                turn.text = text[prefix.end() :]
+            turn.sentences = _sentences(turn.text)
+        if message.role == "assistant" and message.tool_calls:
+            by_id = results.get(index, {})
+            turn.calls = [
+                _Call(c.function.name, c.function.arguments or "", by_id.get(c.id))
+                for c in message.tool_calls
+            ]
+        turns.append(turn)
+    return turns
+
+
+def _words(sentence: str) -> list[str]:
+    return [w.lower().strip("'’") for w in _WORD.findall(sentence)]
+
+
+def _is_ack(sentence: str) -> bool:
+    words = _words(sentence)
+    return all(w in _ACK_WORDS for w in words)
+
+
+def _is_substantive(sentence: str) -> bool:
+    if _is_ack(sentence):
+        return False
+    words = _words(sentence)
+    han = sum(len(run) for run in _CJK_RUN.findall(sentence))
+    return len(words) >= 3 or han >= 4 or bool(extract_identifiers(sentence))
+
+
+def _long_enough(sentence: str, words: int) -> bool:
+    """At least ``words`` words, or twice as many Chinese characters."""
+    han = sum(len(run) for run in _CJK_RUN.findall(sentence))
+    return len(_words(sentence)) >= words or han >= 2 * words
+
+
+def _is_question(sentence: str) -> bool:
+    return sentence.rstrip().endswith(("?", "？"))
+
+
+def _cjk_chunks(text: str) -> list[str]:
+    chunks: list[str] = []
+    for run in _CJK_RUN.findall(text):
+        for chunk in regex.split(f"[{_ZH_SPLIT_CHARS}]", run):
+            if 2 <= len(chunk) <= 6 and chunk not in _STOPWORDS_ZH:
+                chunks.append(chunk)
+    return chunks
+
+
+def _keywords(text: str) -> list[str]:
+    """Content words in order of appearance: Latin words of 3+ letters that are not stop words
+    and Chinese chunks between function characters."""
+    words = [w for w in _LATIN_WORD.findall(text) if w.lower() not in _STOPWORDS_EN]
+    return words + _cjk_chunks(text)
+
+
+def _overlap_keys(text: str) -> set[str]:
+    keys = {w.lower() for w in _LATIN_WORD.findall(text) if w.lower() not in _STOPWORDS_EN}
+    for run in _CJK_RUN.findall(text):
+        keys.update(run[i : i + 2] for i in range(len(run) - 1))
+    keys.update(extract_identifiers(text))
+    return keys
+
+
+def _answered(question: str, replies: list[set[str]]) -> bool:
+    """A question counts as answered when a later assistant text shares a content word with it
+    (any later assistant text, if the question has no content word). ``replies`` holds the
+    ``_overlap_keys`` of those texts."""
+    keys = _overlap_keys(question)
+    if not keys:
+        return bool(replies)
+    return any(keys & reply for reply in replies)
+
+
+def _format_call(call: _Call) -> str:
+    try:
+        args = json.loads(call.arguments) if call.arguments.strip() else {}
+    except ValueError:
+        return f"{call.name}({_one_line(call.arguments)})"
+    if not isinstance(args, dict):
+        return f"{call.name}({json.dumps(args, ensure_ascii=False)})"
+    parts = []
+    for key, value in args.items():
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        parts.append(f"{key}={shown}")
+    return f"{call.name}({', '.join(parts)})"
+
+
+def _merge_items(old: list[str], new: list[str]) -> list[str]:
+    """``old`` then ``new``, a repeated item keeping its newest position."""
+    combined = [i for i in old + new if i]
+    return list(reversed(list(dict.fromkeys(reversed(combined)))))
+
+
+def _same_line(line: str, highlight: str) -> bool:
+    if line == highlight:
+        return True
+    stem = line[:-1].rstrip() if line.endswith("…") else ""
+    return len(stem) >= 10 and highlight.startswith(stem)
+
+
+def _highlight(labels: dict[str, str], name: str, pieces: list[str]) -> str:
+    text = f"{labels[name]}{labels['sep']}{labels['join'].join(pieces)}"
+    return text if text.endswith((".", "!", "?", "。", "！", "？", "…")) else text + labels["end"]
+
+
+# --- identifiers ------------------------------------------------------------------------------
+
+
+def _mention_evidence(payload: SummaryPayload) -> str:
+    """All text of ``payload`` except its identifier list: an identifier found here was once
+    written by a user or an assistant or used in a tool call (the rules engine puts nothing
+    from tool results into these fields)."""
+    parts = [payload.summary, payload.conversation_goal]
+    for name in ("stable_facts", "user_profile", "decisions", "open_questions", "pinned_facts"):
+        parts.extend(getattr(payload, name))
+    for task in payload.in_progress_tasks:
+        parts.extend([task.goal, *task.done, *task.todo])
+    parts.extend(f"{e.when} {e.event}" for e in payload.timeline)
+    return "\n".join(parts)
+
+
+def _rank_identifiers(previous: SummaryPayload, turns: list[_Turn]) -> list[str]:
+    """The merged identifier list, least important first (caps keep the tail).
+
+    Two tiers: identifiers only ever seen in tool results, below identifiers a user or an
+    assistant wrote or a tool call used. For the batch the tier is known from where each
+    identifier occurs. Batch identifiers are keyed ``(tier, specificity, position)``: user text
+    and tool-call arguments above assistant text; among tool results, one that named few
+    identifiers (a record fetched by id) above a long listing (a search) whose entries are
+    mostly not what the conversation is about; newer above older. For the previous list the
+    tier is inferred: an identifier the previous payload's text still names was mentioned, the
+    others came from tool results. Order, lowest first: previous tool-only, this batch's
+    tool-only, previous mentioned, this batch's mentioned. A long listing can push out older
+    listing entries, but not an id the user gave while the conversation's text still names it."""
+    best: dict[str, tuple[int, int, int, int]] = {}
+
+    def note(ids: list[str], tier: int, index: int, specificity: int = 0) -> None:
+        for k, ident in enumerate(ids):
+            key = (tier, specificity, index, k)
+            if ident not in best or key > best[ident]:
+                best[ident] = key
+
+    for turn in turns:
+        if turn.role == "user":
+            note(extract_identifiers(turn.text), _TIER_USER, turn.index)
+        elif turn.role == "assistant":
+            note(extract_identifiers(turn.text), _TIER_ASSISTANT, turn.index)
+            for call in turn.calls:
+                note(extract_identifiers(call.arguments), _TIER_USER, turn.index)
+        elif turn.role == "tool":
+            ids = extract_identifiers(turn.text)
+            note(ids, _TIER_TOOL_RESULT, turn.index, -len(ids))
+    evidence = _mention_evidence(previous)
+    earlier = [i for i in previous.identifiers if i not in best]
+    earlier_mentioned = [i for i in earlier if i in evidence]
+    earlier_tool_only = [i for i in earlier if i not in evidence]
+    ranked = sorted(best, key=best.__getitem__)
+    tool_only = [i for i in ranked if best[i][0] == _TIER_TOOL_RESULT]
+    mentioned = [i for i in ranked if best[i][0] > _TIER_TOOL_RESULT]
+    return _merge_items([], earlier_tool_only + tool_only + earlier_mentioned + mentioned)
+
+
+# --- the merge --------------------------------------------------------------------------------
+
+
+def rules_merge(
+    previous: SummaryPayload | None,
+    messages: Sequence[Message],
+    *,
+    budget_tokens: int,
+    count_tokens: Callable[[str], int],
+    caps: PayloadCaps,
+    lang: str = "en",
+) -> SummaryPayload:
+    """``previous`` with ``messages`` folded in by rules (no model), within ``caps`` and
+    ``budget_tokens`` (measured as ``count_tokens(render_payload(result, lang))``).
+
+    - goal: the newest user sentence that asks for something; else the previous goal; else the
+      newest substantive user sentence;
+    - open questions: the previous ones not answered in this batch, then user questions (ending
+      in ``?``/``？``) that no later assistant text of the batch answers (shares a content word);
+    - decisions: assistant sentences with a confirmation word (booked, confirmed, 已, 完成...);
+    - user profile: user sentences stating a first-person fact (my name is, I prefer, 我是...);
+    - stable facts: assistant statements naming an identifier; the previous ones accumulate;
+    - timeline: one entry per substantive user message, dated when the text has a date (a
+      LoCoMo ``[1:56 pm on 8 May, 2023] Name:`` prefix included);
+    - in-progress task: the goal, done = successful tool calls and decisions, to do = the open
+      questions (merged into the previous task when the goal is the same);
+    - retrieval hints: the batch's most frequent content words (stop words removed);
+    - identifiers: see ``_rank_identifiers``; pinned facts: the previous ones, always;
+    - summary: the previous summary plus one highlight line ("User cares about: ...;
+      Conclusions: ..."), oldest lines dropped past ``caps.summary_chars``.
+    System messages and event markers are ignored. Lists keep the newest items (see the ordering
+    convention in ``payload``)."""
+    prev = previous.model_copy(deep=True) if previous is not None else SummaryPayload()
+    labels = _LABELS["zh" if lang.lower().startswith("zh") else "en"]
+    turns = _digest(messages)
+
+    def item(text: str) -> str:
+        return _cut(_one_line(text), caps.item_chars)
+
+    user_turns = [t for t in turns if t.role == "user"]
+    assistant_turns = [t for t in turns if t.role == "assistant"]
+
+    # Goal and timeline.
+    requests: list[str] = []
+    timeline: list[TimelineEvent] = []
+    for turn in user_turns:
+        substantive = [s for s in turn.sentences if _is_substantive(s)]
+        wishes = [s for s in substantive if _REQUEST.search(s) and not _CONFIRMATION.search(s)]
+        asking = [s for s in wishes if not _is_question(s)] or wishes
+        requests.extend(asking[:1])
+        if substantive:
+            event = (asking or substantive)[0]
+            if turn.speaker:
+                event = f"{turn.speaker}: {event}"
+            date = _DATE.search(turn.text)
+            when = turn.when or (date.group() if date else "")
+            timeline.append(TimelineEvent(when=item(when), event=item(event)))
+    substantive_user = [s for t in user_turns for s in t.sentences if _is_substantive(s)]
+    if requests:
+        goal = requests[-1]
+    elif prev.conversation_goal.strip():
+        goal = prev.conversation_goal
+    else:
+        goal = substantive_user[-1] if substantive_user else ""
+    goal = _cut(_one_line(goal), caps.goal_chars)
+
+    # Open questions: previous ones still unanswered, then this batch's.
+    reply_keys = [(t.index, _overlap_keys(t.text)) for t in assistant_turns if t.text.strip()]
+    all_replies = [keys for _, keys in reply_keys]
+    batch_questions: list[str] = []
+    open_questions: list[str] = []
+    for turn in user_turns:
+        replies = [keys for index, keys in reply_keys if index > turn.index]
+        for sentence in turn.sentences:
+            if _is_question(sentence) and not _is_ack(sentence):
+                batch_questions.append(item(sentence))
+                if not _answered(sentence, replies):
+                    open_questions.append(item(sentence))
+    open_questions = _merge_items(
+        [
+            q
+            for q in prev.open_questions
+            if q not in batch_questions and not _answered(q, all_replies)
+        ],
+        open_questions,
+    )
+
+    # Decisions, facts and profile.
+    decisions: list[str] = []
+    facts: list[str] = []
+    for turn in assistant_turns:
+        for sentence in turn.sentences:
+            if _is_question(sentence):
+                continue
+            if _DECISION.search(sentence) and _long_enough(sentence, 3):
+                decisions.append(item(sentence))
+            elif _long_enough(sentence, 4) and extract_identifiers(sentence):
+                facts.append(item(sentence))
+    profile = [
+        item(s)
+        for t in user_turns
+        for s in t.sentences
+        if _PROFILE.search(s) and not _is_question(s) and not _is_ack(s)
+    ]
+
+    # The task in progress.
+    done = [
+        item(_format_call(c))
+        for t in assistant_turns
+        for c in t.calls
+        if c.result is not None and not _TOOL_FAILURE.search(c.result[:200])
+    ]
+    done += decisions
+
+    def still_open(question: str) -> bool:
+        if question in batch_questions:
+            return question in open_questions
+        return not _answered(question, all_replies)
+
+    tasks = [
+        task.model_copy(update={"todo": [q for q in task.todo if still_open(q)]})
+        for task in prev.in_progress_tasks
+    ]
+    task_goal = item(goal)
+    if task_goal or done:
+        if tasks and tasks[-1].goal == task_goal:
+            last = tasks.pop()
+            tasks.append(
+                InProgressTask(
+                    goal=task_goal, done=_merge_items(last.done, done), todo=open_questions
+                )
+            )
+        elif done or open_questions:
+            tasks.append(
+                InProgressTask(goal=task_goal, done=_merge_items([], done), todo=open_questions)
+            )
+
+    # Retrieval hints: frequency in user and assistant text, first seen breaking ties.
+    counts: dict[str, int] = {}
+    spelling: dict[str, str] = {}
+    for turn in user_turns + assistant_turns:
+        for word in _keywords(turn.text):
+            key = word.lower()
+            if any(c.isdigit() for c in key):
+                continue
+            spelling.setdefault(key, word)
+            counts[key] = counts.get(key, 0) + 1
+    ranked = sorted(counts, key=lambda k: -counts[k])[: caps.list_items]
+    hints = [item(spelling[k]) for k in reversed(ranked)]
+
+    # Summary: previous plus one highlight line.
+    cares = [_cut(r, caps.item_chars) for r in requests[-2:]]
+    if not cares:
+        firsts = [next((s for s in t.sentences if _is_substantive(s)), "") for t in user_turns]
+        cares = [_cut(s, caps.item_chars) for s in firsts if s][-2:]
+    parts = []
+    if cares:
+        parts.append(_highlight(labels, "cares", cares))
+    if decisions:
+        parts.append(_highlight(labels, "concluded", decisions[-2:]))
+    highlight = " ".join(parts)
+    lines = [line for line in prev.summary.strip().split("\n") if line.strip()]
+    if highlight:
+        # The same highlight, possibly cut short by an earlier budget fit, is not added twice.
+        same = [i for i, line in enumerate(lines) if _same_line(line, highlight)]
+        if same:
+            lines[same[-1]] = highlight
+        else:
+            lines.append(highlight)
+    summary = _fit_lines("\n".join(lines), caps.summary_chars)
+
+    merged = SummaryPayload(
+        summary=summary,
+        conversation_goal=goal,
+        stable_facts=_merge_items(prev.stable_facts, facts),
+        user_profile=_merge_items(prev.user_profile, profile),
+        decisions=_merge_items(prev.decisions, decisions),
+        open_questions=open_questions,
+        in_progress_tasks=tasks,
+        timeline=list(prev.timeline) + timeline,
+        retrieval_hints=_merge_items(prev.retrieval_hints, hints),
+        identifiers=_rank_identifiers(prev, turns),
+        pinned_facts=list(prev.pinned_facts),
+    )
+    return fit_to_budget(apply_caps(merged, caps), budget_tokens, count_tokens, lang)

@@ -1,0 +1,227 @@
+"""Turning batches of messages into a summary payload: the LLM when there is one, the rules
+engine when there is none or it fails."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from host_stub.messages import Message
+from host_stub.services import LLMService
+
+from .config import MemorySummaryConfig
+from .payload import (
+    SummaryPayload,
+    apply_caps,
+    fit_to_budget,
+    parse_summary_output,
+    payload_from_text,
+    plain_text_gate,
+)
+from .prompts import build_summary_messages
+from .redact import RedactionError, Redactor
+from .render import render_transcript
+from .rules import rules_merge
+
+__all__ = ["SummarizeOutcome", "SummarizerError", "looks_like_prose", "summarize_batches"]
+
+log = logging.getLogger("plugin_memory_summary")
+
+
+class SummarizerError(Exception):
+    """The summarizer's answer cannot be stored (the reason is the message, never its text)."""
+
+
+@dataclass
+class SummarizeOutcome:
+    payload: SummaryPayload
+    #: How many of the batches the payload covers (the rest could not be summarized).
+    batches_done: int
+    model: str | None = None
+    cost: float = 0.0
+    llm_calls: int = 0
+    input_tokens: int = 0
+    fallback: str | None = None
+    #: Why the summarizer's answers were not used (each one made the fallback run).
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def looks_like_prose(text: str) -> bool:
+    """Plain text worth keeping: some words, mostly letters, not a JSON fragment."""
+    stripped = text.strip()
+    if len(stripped) < 20 or stripped[0] in "{[":
+        return False
+    letters = sum(ch.isalpha() for ch in stripped)
+    return letters / len(stripped) >= 0.5
+
+
+def redact_messages(messages: Sequence[Message], redactor: Redactor) -> list[Message]:
+    """Copies with secrets redacted in text content and tool-call arguments."""
+    out = []
+    for m in messages:
+        update: dict[str, object] = {}
+        if isinstance(m.content, str):
+            update["content"] = redactor.redact(m.content)
+        elif isinstance(m.content, list):
+            update["content"] = [
+                {**p, "text": redactor.redact(str(p["text"]))} if p.get("type") == "text" else p
+                for p in m.content
+            ]
+        if m.tool_calls:
+            update["tool_calls"] = [
+                c.model_copy(
+                    update={
+                        "function": c.function.model_copy(
+                            update={"arguments": redactor.redact(c.function.arguments)}
+                        )
+                    }
+                )
+                for c in m.tool_calls
+            ]
+        out.append(m.model_copy(update=update) if update else m)
+    return out
+
+
+def _carry(previous: SummaryPayload | None, payload: SummaryPayload) -> SummaryPayload:
+    """What every merge keeps from the previous payload whatever the summarizer said: pinned
+    facts, and the identifiers it already carried."""
+    if previous is None:
+        return payload
+    identifiers = list(dict.fromkeys([*previous.identifiers, *payload.identifiers]))
+    return payload.model_copy(
+        update={"pinned_facts": list(previous.pinned_facts), "identifiers": identifiers}
+    )
+
+
+async def _llm_merge(
+    previous: SummaryPayload | None,
+    batch: Sequence[Message],
+    *,
+    llm: LLMService,
+    model: str,
+    config: MemorySummaryConfig,
+    budget: int,
+    lang: str,
+    timeout: float,
+    outcome: SummarizeOutcome,
+) -> SummaryPayload:
+    transcript = render_transcript(
+        batch,
+        tool_truncate_chars=config.tool_truncate_chars,
+        message_truncate_chars=config.message_truncate_chars,
+        lang=lang,
+    )
+    prompt = build_summary_messages(
+        previous=previous.model_dump(exclude={"pinned_facts"}) if previous else None,
+        transcript=transcript,
+        lang=lang,
+        custom_prompt=config.summary_prompt,
+        budget_tokens=budget,
+        pinned_facts=previous.pinned_facts if previous else (),
+    )
+    outcome.llm_calls += 1
+    try:
+        completion = await asyncio.wait_for(
+            llm.complete(
+                prompt,
+                model=model,
+                max_tokens=budget,
+                temperature=config.summary_temperature,
+                timeout=timeout,
+            ),
+            timeout + 1.0,
+        )
+    except TimeoutError:
+        raise SummarizerError(f"timed out after {timeout:.1f}s") from None
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        raise SummarizerError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
+    outcome.cost += completion.cost or 0.0
+    outcome.input_tokens += completion.usage.prompt_tokens
+    if completion.finish_reason == "length":
+        raise SummarizerError("answer cut off (finish_reason=length)")
+    text = completion.text or ""
+    if not text.strip():
+        raise SummarizerError("empty answer")
+    parsed = parse_summary_output(text)
+    if parsed is None:
+        reason = plain_text_gate(text, previous)
+        if reason is None and not looks_like_prose(text):
+            reason = "neither JSON nor prose"
+        if reason is not None:
+            raise SummarizerError(f"answer rejected: {reason}")
+        parsed = payload_from_text(text, previous)
+    return _carry(previous, parsed)
+
+
+async def summarize_batches(
+    previous: SummaryPayload | None,
+    batches: Sequence[Sequence[Message]],
+    *,
+    llm: LLMService,
+    model: str | None,
+    config: MemorySummaryConfig,
+    budget: int,
+    lang: str,
+    redactor: Redactor,
+    count_tokens: Callable[[str], int],
+    deadline: float | None = None,
+) -> SummarizeOutcome:
+    """Fold ``batches`` into ``previous`` in order. Without a model, or past the deadline, the
+    rules engine merges; when the model fails, ``config.fallback`` decides: ``rules`` merges this
+    batch by rules, ``trim`` stops (the remaining batches are left for the caller to trim)."""
+    payload = previous
+    outcome = SummarizeOutcome(payload=previous or SummaryPayload(), batches_done=0, model=model)
+    for batch in batches:
+        merged: SummaryPayload | None = None
+        remaining = None if deadline is None else deadline - time.monotonic()
+        redacted = True
+        try:
+            clean = redact_messages(batch, redactor)
+        except RedactionError as exc:
+            # Text that could not be redacted never leaves for the summarizer.
+            clean, redacted = list(batch), False
+            outcome.errors.append(f"redaction failed ({exc}); the rules engine merged the batch")
+            outcome.fallback = "rules"
+        if model is None:
+            outcome.fallback = "rules"
+        elif not redacted:
+            pass
+        elif remaining is not None and remaining <= 0.05:
+            outcome.fallback = "rules"
+            outcome.notes.append("deadline passed: the rules engine finished the compression")
+        else:
+            timeout = (
+                config.summary_timeout_s
+                if remaining is None
+                else min(config.summary_timeout_s, remaining)
+            )
+            try:
+                merged = await _llm_merge(
+                    payload, clean, llm=llm, model=model, config=config, budget=budget,
+                    lang=lang, timeout=timeout, outcome=outcome,
+                )
+            except SummarizerError as exc:
+                log.warning("summarizer failed (%s); fallback: %s", exc, config.fallback)
+                outcome.errors.append(str(exc))
+                outcome.fallback = config.fallback
+                if config.fallback == "trim":
+                    break
+        if merged is None:
+            merged = rules_merge(
+                payload,
+                clean,
+                budget_tokens=budget,
+                count_tokens=count_tokens,
+                caps=config.caps,
+                lang=lang,
+            )
+        payload = fit_to_budget(apply_caps(merged, config.caps), budget, count_tokens, lang)
+        outcome.batches_done += 1
+    outcome.payload = payload or SummaryPayload()
+    return outcome

@@ -1,0 +1,340 @@
+"""The reference host: plugin loading, config, the bus and the agent loop."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import ScriptedLLM
+
+from host_stub import signals
+from host_stub.bus import EventBus, UnknownSignalError
+from host_stub.config import ConfigError, HostConfig, load_host_config
+from host_stub.hookspecs import ENTRY_POINT_GROUP, Contribution, PromptView, hookimpl
+from host_stub.host import Host
+from host_stub.memory.inmemory import InMemoryMemory
+from host_stub.messages import Message, ToolCall, ToolCallFunction
+from host_stub.prompt import assemble_prompt, sanitize_tool_pairs
+from host_stub.services import Completion
+from host_stub.tools import ToolRegistry
+
+from fakes import simple_count
+
+NO_ENTRY_POINTS = HostConfig.model_validate({"plugins": {"allow": []}})
+
+
+class Recorder:
+    """A third-party plugin: records every signal and hook call."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.views: list[PromptView] = []
+        self.started_with: dict[str, Any] = {}
+
+    @hookimpl
+    def startup(self, host: Any, memory: Any, llm: Any) -> None:
+        self.started_with = {"host": host, "memory": memory, "llm": llm}
+        for name in signals.PAYLOADS:
+            host.bus.connect(name, self._make(name))
+
+    def _make(self, name: str) -> Any:
+        async def receiver(sender: Any, **payload: Any) -> None:
+            self.events.append((name, payload))
+
+        return receiver
+
+    @hookimpl
+    def agent_prompt(self, view: PromptView) -> list[Contribution]:
+        self.views.append(view)
+        return [
+            Contribution(id="kb", anchor="knowledge", content="KB"),
+            Contribution(id="kb", anchor="knowledge", content="duplicate id"),
+        ]
+
+    def names(self) -> list[str]:
+        return [n for n, _ in self.events]
+
+
+def make_host(*plugins: tuple[str, Any], llm: ScriptedLLM | None = None, **host: Any) -> Host:
+    config = HostConfig.model_validate({"plugins": {"allow": []}, "host": {"model": "fake/chat", **host}})
+    return Host(config, memory=InMemoryMemory(token_counter=lambda m: simple_count(str(m.content))), llm=llm or ScriptedLLM(), plugins=list(plugins))
+
+
+def test_entry_point_lists_the_plugin() -> None:
+    names = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    assert names["memory-summary"] == "plugin_memory_summary:create_plugin"
+
+
+def test_import_does_not_import_litellm() -> None:
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import host_stub, host_stub.host, plugin_memory_summary"],
+        capture_output=True, text=True, check=True,
+    )
+    assert "litellm" not in out.stderr
+    assert "plugin_memory_summary" in out.stderr
+
+
+async def test_plugin_receives_every_signal_with_its_payload() -> None:
+    recorder = Recorder()
+    llm = ScriptedLLM(default="hello there")
+    host = make_host(("recorder", recorder), llm=llm)
+    await host.start()
+    try:
+        assert recorder.started_with["memory"] is host.memory
+        result = await host.run_turn("s1", "hi")
+        assert result.outcome == "replied"
+        await host.request_compression("s1")
+        await host.clear("s1")
+        await host.bus.send(signals.MEMORY_MESSAGES_DELETED, session_id="s1", seqs=[1])
+        await host.bus.send(signals.SESSION_COMPRESSING, request_id="r", session_id="s1", status="done")
+    finally:
+        await host.stop()
+    seen = dict(recorder.events)
+    assert set(seen) == set(signals.PAYLOADS)
+    for name, payload in recorder.events:
+        signals.PAYLOADS[name].model_validate(payload)  # exactly the documented fields
+    usage = seen[signals.TOKEN_USAGE]
+    assert usage["used"] == sum(usage["breakdown"].model_dump().values())
+    assert usage["breakdown"].system > 0 and usage["breakdown"].history > 0
+    turn = seen[signals.AGENT_TURN_AFTER]
+    assert turn["outcome"] == "replied" and turn["reply"].content == "hello there" and turn["message"].seq == 1
+    # The knowledge contribution is placed once, after the static system prompt.
+    sent = llm.calls[0]["messages"]
+    assert [m["content"] for m in sent[:2]] == ["You are a helpful assistant.", "KB"]
+
+
+async def test_misspelt_hookimpl_is_refused_at_start() -> None:
+    class Typo:
+        @hookimpl
+        def agent_promt(self, view: Any) -> None:  # noqa: D401 - the typo is the point
+            return None
+
+    host = make_host(("typo", Typo()))
+    with pytest.raises(ConfigError, match="agent_promt"):
+        await host.start()
+
+
+async def test_two_hosts_do_not_share_plugin_instances(tmp_path: Path) -> None:
+    hosts = [
+        Host(HostConfig(), memory=InMemoryMemory(token_counter=lambda m: 1), llm=ScriptedLLM(default_model=None))
+        for _ in range(2)
+    ]
+    for h in hosts:
+        await h.start()
+    try:
+        a, b = (h.get_plugin("memory-summary") for h in hosts)
+        assert a is not b and a.memory is hosts[0].memory and b.memory is hosts[1].memory
+    finally:
+        for h in hosts:
+            await h.stop()
+
+
+async def test_bus_isolates_failing_receivers_and_refuses_unknown_names(caplog: pytest.LogCaptureFixture) -> None:
+    bus = EventBus()
+    got: list[str] = []
+
+    async def boom(sender: Any, **payload: Any) -> None:
+        raise RuntimeError("receiver bug")
+
+    def sync_receiver(sender: Any, **payload: Any) -> str:
+        got.append(payload["session_id"])
+        return "sync"
+
+    bus.connect(signals.SESSION_COMPRESS, boom)
+    bus.connect(signals.SESSION_COMPRESS, sync_receiver)
+    with caplog.at_level(logging.ERROR):
+        results = await bus.send(signals.SESSION_COMPRESS, request_id="r1", session_id="s", reason="manual")
+    assert got == ["s"] and "sync" in results
+    assert "receiver bug" in caplog.text
+    with pytest.raises(UnknownSignalError):
+        await bus.send("session:compres", request_id="r", session_id="s")
+    with pytest.raises(UnknownSignalError):
+        bus.connect("nope", sync_receiver)
+    with pytest.raises(ValueError):  # a payload that does not match the model
+        await bus.send(signals.SESSION_COMPRESS, session_id="s")
+    bus.disconnect(signals.SESSION_COMPRESS, sync_receiver)
+    await bus.send(signals.SESSION_COMPRESS, request_id="r2", session_id="t")
+    assert got == ["s"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[host\nmodel=1", "invalid TOML"),
+        ("[host]\nmodle = 'x'", "host.modle: unknown key"),
+        ("[host]\nreserve_for_reply = 'many'", "host.reserve_for_reply: Input should be a valid integer"),
+        ("[host]\nreserve_for_reply = -1", "host.reserve_for_reply: Input should be greater than or equal to 0"),
+        ("[plugins]\nallow = ['nope']", "plugins.allow: not installed: nope"),
+        ("[plugin.memory-summary]\nthresold = 10", "plugin.memory-summary.thresold: unknown key"),
+        ("[plugin.memory-summary]\nthreshold = 'ten'", "plugin.memory-summary.threshold: Input should be a valid integer"),
+        ("[plugin.memory-summary]\nkeep_recent = 40", "keep_recent (40) must be smaller than threshold (30)"),
+        ("[plugin.memory-summary]\nauto_compress_threshold = 1.5", "plugin.memory-summary.auto_compress_threshold: Input should be less than or equal to 1"),
+        ("[plugin.nope]\nx = 1", "plugin.nope: no such plugin loaded"),
+    ],
+)
+async def test_bad_config_fails_at_start_with_file_and_key(tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "host.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        config = load_host_config(path)
+        await Host(config, memory=InMemoryMemory(token_counter=lambda m: 1), llm=ScriptedLLM()).start()
+    message = str(info.value)
+    assert "\n" not in message and expected in message
+    assert str(path) in message or "plugins.allow" in message
+
+
+async def test_host_config_overrides_plugin_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "host.toml"
+    path.write_text("[plugin.memory-summary]\nthreshold = 12\nkeep_recent = 4\n")
+    host = Host(load_host_config(path), memory=InMemoryMemory(token_counter=lambda m: 1), llm=ScriptedLLM())
+    await host.start()
+    try:
+        config = host.get_plugin("memory-summary").config
+        assert (config.threshold, config.keep_recent, config.debounce_turns) == (12, 4, 3)
+    finally:
+        await host.stop()
+
+
+def test_assemble_prompt_places_anchors_and_merges_on_request() -> None:
+    history = [Message(role="user", content="q1"), Message(role="assistant", content="a1"), Message(role="user", content="q2"),
+               Message(role="system", kind="event-marker", content="[marker]")]
+    contributions = [
+        Contribution(id="hint", anchor="turn-hint", content="HINT"),
+        Contribution(id="sum", anchor="context", content="SUMMARY"),
+        Contribution(id="me", anchor="identity", content="ID"),
+        Contribution(id="tc", anchor="turn-context", content="TC"),
+    ]
+    out = assemble_prompt("STATIC", contributions, history)
+    assert [m["content"] for m in out] == ["ID", "STATIC", "SUMMARY", "q1", "a1", "TC", "q2", "HINT"]
+    merged = assemble_prompt("STATIC", contributions, history, merge_system_messages=True)
+    assert merged[0] == {"role": "system", "content": "ID\n\nSTATIC\n\nSUMMARY"}
+    assert [m["role"] for m in merged[1:3]] == ["user", "assistant"]
+
+
+def _call(cid: str, name: str = "lookup") -> ToolCall:
+    return ToolCall(id=cid, function=ToolCallFunction(name=name, arguments="{}"))
+
+
+def test_sanitize_drops_orphans_and_pairs_positionally() -> None:
+    msgs = [
+        Message(role="tool", tool_call_id="c0", content="orphan result"),
+        Message(role="assistant", tool_calls=[_call("c1")]),
+        Message(role="tool", tool_call_id="c1", content="r1"),
+        Message(role="assistant", content="partial", tool_calls=[_call("c2"), _call("c3")]),
+        Message(role="tool", tool_call_id="c2", content="r2"),
+        Message(role="user", content="u"),
+        Message(role="assistant", tool_calls=[_call("c1")]),  # id reused later: pairs with the next result
+        Message(role="tool", tool_call_id="c1", content="r1b"),
+    ]
+    out, changed = sanitize_tool_pairs(msgs)
+    assert [m.content for m in out] == [None, "r1", "partial", "u", None, "r1b"]
+    assert out[2].tool_calls is None and changed == 3
+
+
+async def test_tool_loop_emits_usage_before_every_model_call() -> None:
+    recorder = Recorder()
+    tools = ToolRegistry()
+    tools.register("add", lambda a, b: a + b, "add numbers", {"type": "object", "properties": {"a": {}, "b": {}}})
+    llm = ScriptedLLM()
+    llm.enqueue(
+        Completion(text="", tool_calls=[{"id": "t1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}]),
+        "the sum is 5",
+    )
+    host = make_host(("recorder", recorder), llm=llm)
+    host.tools = tools
+    await host.start()
+    try:
+        result = await host.run_turn("s", "add 2 and 3")
+    finally:
+        await host.stop()
+    assert result.outcome == "replied" and result.reply is not None and result.reply.content == "the sum is 5"
+    assert [m.role for m in result.messages] == ["user", "assistant", "tool", "assistant"]
+    assert result.messages[2].content == "5"
+    usage = [p for n, p in recorder.events if n == signals.TOKEN_USAGE]
+    assert len(usage) == len(llm.calls) == 2
+    assert usage[1]["breakdown"].tools > 0 and usage[0]["breakdown"].tool_defs > 0
+    assert llm.calls[0]["tools"][0]["function"]["name"] == "add"
+
+
+async def test_history_change_in_before_model_call_rebuilds_once() -> None:
+    class Compressor:
+        def __init__(self) -> None:
+            self.memory: Any = None
+
+        @hookimpl
+        def startup(self, memory: Any) -> None:
+            self.memory = memory
+
+        @hookimpl
+        async def before_model_call(self, view: PromptView) -> None:
+            if len(view.messages) > 2:
+                last = view.messages[-2].seq or 0
+                await self.memory.commit_compression(view.session_id, {"text": "S"}, 0 if view.summary is None else view.summary.version, last, epoch=view.epoch)
+
+    recorder = Recorder()
+    llm = ScriptedLLM(default="fine")
+    host = make_host(("recorder", recorder), ("compressor", Compressor()), llm=llm)
+    await host.start()
+    try:
+        await host.run_turn("s", "one")
+        result = await host.run_turn("s", "two")
+    finally:
+        await host.stop()
+    rebuilt = [u.rebuilt for u in result.usage]
+    assert rebuilt == [False, True]
+    assert result.usage[1].used < result.usage[0].used
+    assert [m["content"] for m in llm.calls[-1]["messages"] if m["role"] != "system"] == ["two"]
+
+
+async def test_streaming_turn_emits_the_same_signals() -> None:
+    recorder = Recorder()
+    deltas: list[str] = []
+    host = make_host(("recorder", recorder), llm=ScriptedLLM(default="streamed reply"))
+    await host.start()
+    try:
+        result = await host.run_turn("s", "hi", stream=True, on_delta=deltas.append)
+    finally:
+        await host.stop()
+    assert "".join(deltas) == "streamed reply" and result.reply is not None
+    assert recorder.names().count(signals.TOKEN_USAGE) == 1
+    assert recorder.names()[-1] == signals.AGENT_TURN_AFTER
+
+
+async def test_model_error_is_a_failed_turn_not_an_exception() -> None:
+    recorder = Recorder()
+    llm = ScriptedLLM()
+    llm.enqueue(RuntimeError("provider down"))
+    host = make_host(("recorder", recorder), llm=llm)
+    await host.start()
+    try:
+        result = await host.run_turn("s", "hi")
+    finally:
+        await host.stop()
+    assert result.outcome == "error" and "provider down" in (result.error or "")
+    assert dict(recorder.events)[signals.AGENT_TURN_AFTER]["outcome"] == "error"
+
+
+async def test_replay_uses_recorded_replies_and_calls_no_model() -> None:
+    llm = ScriptedLLM()
+    recorder = Recorder()
+    host = make_host(("recorder", recorder), llm=llm)
+    recorded = [
+        Message(role="assistant", tool_calls=[_call("c1", "search")]),
+        Message(role="tool", tool_call_id="c1", content="found"),
+        Message(role="assistant", content="here it is"),
+    ]
+    await host.start()
+    try:
+        result = await host.run_turn("s", "find it", recorded=recorded)
+        history = await host.memory.get_history("s")
+    finally:
+        await host.stop()
+    assert llm.calls == []
+    assert [m.seq for m in history] == [1, 2, 3, 4]
+    assert recorder.names().count(signals.TOKEN_USAGE) == 2  # before each recorded model reply
+    assert result.reply is not None and result.reply.content == "here it is"

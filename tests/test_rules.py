@@ -1,0 +1,425 @@
+"""The rules engine: deterministic, idempotent, extractive, within budget, identifiers verbatim."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import regex
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from host_stub.messages import Message, ToolCall, ToolCallFunction
+from plugin_memory_summary.config import PayloadCaps
+from plugin_memory_summary.payload import SummaryPayload, TimelineEvent, render_payload
+from plugin_memory_summary.rules import rules_merge
+
+ROOT = Path(__file__).resolve().parent.parent
+CAPS = PayloadCaps()
+
+
+def by_thirds(text: str) -> int:
+    return len(text) // 3 + 1
+
+
+def call(call_id: str, name: str, **arguments: object) -> Message:
+    return Message(
+        role="assistant",
+        content=None,
+        tool_calls=[
+            ToolCall(
+                id=call_id, function=ToolCallFunction(name=name, arguments=json.dumps(arguments))
+            )
+        ],
+    )
+
+
+def result(call_id: str, name: str, body: object) -> Message:
+    text = body if isinstance(body, str) else json.dumps(body)
+    return Message(role="tool", tool_call_id=call_id, name=name, content=text)
+
+
+def airline_chat() -> list[Message]:
+    flights = [
+        {
+            "flight_number": f"HAT{n:03d}",
+            "origin": "JFK",
+            "destination": "SEA",
+            "date": "2024-05-20",
+        }
+        for n in range(100, 130)
+    ]
+    return [
+        Message(role="system", content="You are an airline agent. SECRETCODE SYS99999"),
+        Message(
+            role="user",
+            content="Hi! I'd like to book a flight from New York to Seattle on May 20th.",
+        ),
+        Message(role="assistant", content="Sure. Could you please provide your user ID?"),
+        Message(role="user", content="Sure, my user ID is mia_li_3668. I prefer aisle seats."),
+        call("c1", "get_user_details", user_id="mia_li_3668"),
+        result(
+            "c1",
+            "get_user_details",
+            {
+                "email": "mia@example.com",
+                "payment_methods": {"certificate_7504069": {"amount": 250}},
+            },
+        ),
+        call("c2", "search_direct_flight", origin="JFK", destination="SEA", date="2024-05-20"),
+        result("c2", "search_direct_flight", flights),
+        Message(role="assistant", content="I found flight HAT136 departing at 11:00 AM for $121."),
+        Message(role="user", content="Is there a lounge at JFK? Also, does HAT136 serve meals?"),
+        Message(role="assistant", content="HAT136 serves meals on board."),
+        Message(role="user", content="Yes, please book HAT136 with certificate_7504069."),
+        call(
+            "c3",
+            "book_reservation",
+            user_id="mia_li_3668",
+            flight="HAT136",
+            payment_id="certificate_7504069",
+        ),
+        result("c3", "book_reservation", {"reservation_id": "ZFA04Y", "status": "ok"}),
+        Message(role="assistant", content="Your reservation ZFA04Y has been booked successfully."),
+        Message(role="assistant", content="marker", kind="event-marker"),
+    ]
+
+
+def merge(
+    previous: SummaryPayload | None, messages: list[Message], **kwargs: object
+) -> SummaryPayload:
+    options: dict = {"budget_tokens": 2000, "count_tokens": by_thirds, "caps": CAPS, "lang": "en"}
+    options.update(kwargs)
+    return rules_merge(previous, messages, **options)
+
+
+# --- what the engine extracts -----------------------------------------------------------------
+
+
+def test_airline_chat_fields() -> None:
+    payload = merge(None, airline_chat())
+    # "Yes, please book ..." answers the assistant; the goal stays the user's own request.
+    assert (
+        payload.conversation_goal
+        == "I'd like to book a flight from New York to Seattle on May 20th."
+    )
+    assert "Sure, my user ID is mia_li_3668." in payload.user_profile
+    assert "I prefer aisle seats." in payload.user_profile
+    assert payload.decisions == ["Your reservation ZFA04Y has been booked successfully."]
+    assert payload.open_questions == ["Is there a lounge at JFK?"]
+    assert payload.timeline[0] == TimelineEvent(
+        when="May 20th", event="I'd like to book a flight from New York to Seattle on May 20th."
+    )
+    assert len(payload.timeline) == 4
+    [task] = payload.in_progress_tasks
+    assert task.goal == payload.conversation_goal
+    assert task.done[0] == "get_user_details(user_id=mia_li_3668)"
+    assert any(d.startswith("book_reservation(") for d in task.done)
+    assert task.todo == ["Is there a lounge at JFK?"]
+    assert "User cares about:" in payload.summary and "Conclusions:" in payload.summary
+    assert payload.retrieval_hints
+
+
+def test_system_messages_and_markers_are_ignored() -> None:
+    text = render_payload(merge(None, airline_chat()))
+    assert "SECRETCODE" not in text and "SYS99999" not in text and "airline agent" not in text
+    assert "marker" not in text
+
+
+def test_identifiers_verbatim_from_every_source() -> None:
+    payload = merge(None, airline_chat())
+    for ident in (
+        "mia_li_3668",
+        "certificate_7504069",
+        "HAT136",
+        "2024-05-20",
+        "ZFA04Y",
+        "mia@example.com",
+    ):
+        assert ident in payload.identifiers
+    assert "HAT101" in payload.identifiers  # only in a tool result, kept while there is room
+
+
+def test_identifier_priority_when_the_cap_forces_a_choice() -> None:
+    caps = PayloadCaps(identifiers=4)
+    payload = merge(None, airline_chat(), caps=caps)
+    # User text and tool-call arguments beat the thirty flight numbers of the search listing.
+    assert set(payload.identifiers) == {
+        "mia_li_3668",
+        "HAT136",
+        "certificate_7504069",
+        "2024-05-20",
+    }
+    # A later batch of listings does not push out what the user typed while the payload names it.
+    listing = [
+        call("c9", "search_onestop_flight", origin="SEA", destination="BOS"),
+        result(
+            "c9", "search_onestop_flight", [{"flight_number": f"HAT{n}"} for n in range(200, 260)]
+        ),
+    ]
+    later = merge(payload, listing, caps=caps)
+    assert "mia_li_3668" in later.identifiers
+
+
+def test_failed_tool_calls_are_not_done() -> None:
+    messages = [
+        Message(role="user", content="Please cancel reservation ABC123 now."),
+        call("c1", "cancel_reservation", reservation_id="ABC123"),
+        result("c1", "cancel_reservation", "Error: reservation not found"),
+    ]
+    payload = merge(None, messages)
+    assert all(
+        not d.startswith("cancel_reservation") for t in payload.in_progress_tasks for d in t.done
+    )
+    assert "ABC123" in payload.identifiers
+
+
+def test_questions_answered_later_are_not_open_and_previous_ones_carry() -> None:
+    first = merge(
+        None, [Message(role="user", content="What is the baggage allowance for economy?")]
+    )
+    assert first.open_questions == ["What is the baggage allowance for economy?"]
+    unrelated = merge(first, [Message(role="assistant", content="Your seat is 12A.")])
+    assert unrelated.open_questions == first.open_questions
+    answered = merge(
+        unrelated, [Message(role="assistant", content="The economy baggage allowance is one bag.")]
+    )
+    assert answered.open_questions == []
+    assert all(not t.todo for t in answered.in_progress_tasks)
+
+
+def test_goal_falls_back_to_the_previous_one() -> None:
+    first = merge(None, [Message(role="user", content="I want to change my flight to Boston.")])
+    assert first.conversation_goal == "I want to change my flight to Boston."
+    second = merge(
+        first, [Message(role="user", content="Yes."), Message(role="assistant", content="Done.")]
+    )
+    assert second.conversation_goal == first.conversation_goal
+
+
+def test_pinned_facts_are_kept_whatever_the_budget_allows() -> None:
+    previous = SummaryPayload(pinned_facts=["Never book red-eye flights."])
+    payload = merge(previous, airline_chat(), budget_tokens=200)
+    assert payload.pinned_facts == ["Never book red-eye flights."]
+    assert by_thirds(render_payload(payload)) <= 200
+
+
+def test_previous_facts_accumulate_and_caps_drop_the_oldest() -> None:
+    caps = PayloadCaps(list_items=3)
+    payload = SummaryPayload(stable_facts=["old fact 1", "old fact 2", "old fact 3"])
+    messages = [Message(role="assistant", content="Flight HAT136 leaves from terminal four today.")]
+    merged = merge(payload, messages, caps=caps)
+    assert merged.stable_facts == [
+        "old fact 2",
+        "old fact 3",
+        "Flight HAT136 leaves from terminal four today.",
+    ]
+
+
+def test_locomo_dates_and_speakers() -> None:
+    messages = [
+        Message(
+            role="user",
+            content="[1:56 pm on 8 May, 2023] Caroline: I went to a support group yesterday. "
+            "It was great.",
+        ),
+        Message(
+            role="assistant", content="[1:56 pm on 8 May, 2023] Melanie: That sounds wonderful!"
+        ),
+        Message(
+            role="user",
+            content="[2:10 pm on 9 May, 2023] Caroline: My name is Caroline and I live in Boston.",
+        ),
+    ]
+    payload = merge(None, messages)
+    assert payload.timeline == [
+        TimelineEvent(
+            when="1:56 pm on 8 May, 2023", event="Caroline: I went to a support group yesterday."
+        ),
+        TimelineEvent(
+            when="2:10 pm on 9 May, 2023",
+            event="Caroline: My name is Caroline and I live in Boston.",
+        ),
+    ]
+    assert payload.user_profile == ["My name is Caroline and I live in Boston."]
+
+
+def test_chinese_conversation() -> None:
+    messages = [
+        Message(
+            role="user", content="你好，我叫李明，我喜欢靠窗的座位。我想预订5月20日去上海的机票。"
+        ),
+        Message(role="user", content="行李额度是多少？"),
+        Message(role="assistant", content="已为您预订航班MU5101，订单号A12345。"),
+    ]
+    payload = merge(None, messages, lang="zh")
+    assert payload.conversation_goal == "我想预订5月20日去上海的机票。"
+    assert "我叫李明，我喜欢靠窗的座位。" in payload.user_profile or any(
+        "我叫李明" in p for p in payload.user_profile
+    )
+    assert payload.decisions == ["已为您预订航班MU5101，订单号A12345。"]
+    assert payload.open_questions == ["行李额度是多少？"]
+    assert payload.timeline[0].when == "5月20日"
+    assert {"MU5101", "A12345"} <= set(payload.identifiers)
+    text = render_payload(payload, "zh")
+    assert "用户关注：" in payload.summary and "已有结论：" in payload.summary
+    assert "目标：" in text and "标识符：" in text
+
+
+def test_empty_batch_keeps_the_previous_payload() -> None:
+    previous = merge(None, airline_chat())
+    assert merge(previous, []) == previous
+    assert merge(None, []) == SummaryPayload()
+
+
+# --- properties -------------------------------------------------------------------------------
+
+
+def test_deterministic_in_process() -> None:
+    assert merge(None, airline_chat()) == merge(None, airline_chat())
+
+
+def test_deterministic_across_hash_seeds() -> None:
+    script = textwrap.dedent(
+        """
+        import json, sys
+        sys.path.insert(0, sys.argv[1])
+        from test_rules import airline_chat, by_thirds
+        from plugin_memory_summary.config import PayloadCaps
+        from plugin_memory_summary.rules import rules_merge
+        payload = None
+        chat = airline_chat()
+        for start in range(0, len(chat), 5):
+            payload = rules_merge(payload, chat[start:start + 5], budget_tokens=300,
+                                  count_tokens=by_thirds, caps=PayloadCaps(identifiers=6))
+        print(payload.model_dump_json())
+        """
+    )
+    outputs = []
+    for seed in ("1", "4242"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(ROOT / "tests")],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=60,
+            check=True,
+        )
+        outputs.append(done.stdout)
+    assert outputs[0] == outputs[1]
+    assert json.loads(outputs[0])["identifiers"]
+
+
+def test_idempotent_on_the_same_batch() -> None:
+    chat = airline_chat()
+    once = merge(None, chat)
+    assert merge(once, chat) == once
+    small = merge(None, chat, budget_tokens=250)
+    again = merge(small, chat, budget_tokens=250)
+    assert by_thirds(render_payload(again)) <= 250
+    assert len(render_payload(again)) <= len(render_payload(small)) + 3 * 1
+    assert merge(again, chat, budget_tokens=250) == again
+
+
+def test_extractive() -> None:
+    """Every word of the result is a word of the messages or of the engine's own labels."""
+    chat = airline_chat()
+    source = " ".join(
+        [m.content or "" for m in chat if isinstance(m.content, str) and m.role != "system"]
+        + [c.function.name + " " + c.function.arguments for m in chat for c in m.tool_calls or []]
+    )
+    allowed = set(regex.findall(r"\w+", source)) | {"User", "cares", "about", "Conclusions"}
+    payload = merge(None, chat)
+    dumped = payload.model_dump_json(exclude={"identifiers"})
+    produced = set(regex.findall(r"\w+", dumped))
+    # A word cut short by a character cap (followed by "…") need only start an allowed word.
+    cut_short = {
+        w for w in regex.findall(r"(\w+)…", dumped) if any(a.startswith(w) for a in allowed)
+    }
+    keys = set(SummaryPayload.model_fields) | {"goal", "done", "todo", "when", "event"}
+    assert produced - allowed - keys - cut_short == set()
+
+
+words = st.sampled_from(
+    [
+        "book",
+        "flight",
+        "HAT136",
+        "mia_li_3668",
+        "refund",
+        "?",
+        "yes",
+        "please",
+        "I want",
+        "my name is",
+        "booked",
+        "confirmed",
+        "2024-05-20",
+        "我想",
+        "已完成",
+        "？",
+        "\n",
+        "certificate_7504069",
+        "ZFA04Y",
+    ]
+)
+texts = st.lists(words, min_size=0, max_size=30).map(" ".join)
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> list[Message]:
+    messages: list[Message] = []
+    for i in range(draw(st.integers(min_value=0, max_value=12))):
+        kind = draw(st.sampled_from(["user", "assistant", "tool-call", "system"]))
+        if kind == "tool-call":
+            messages.append(call(f"c{i}", "lookup", query=draw(texts)))
+            messages.append(result(f"c{i}", "lookup", draw(texts)))
+        else:
+            messages.append(Message(role=kind, content=draw(texts)))
+    return messages
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    first=batches(),
+    second=batches(),
+    budget=st.integers(min_value=1, max_value=500),
+    pinned=st.lists(st.sampled_from(["keep me", "always economy"]), max_size=2, unique=True),
+)
+def test_budget_always_respected_and_identifiers_verbatim(
+    first: list[Message], second: list[Message], budget: int, pinned: list[str]
+) -> None:
+    def counter(text: str) -> int:
+        return len(text) // 3 + 1
+
+    payload = rules_merge(
+        SummaryPayload(pinned_facts=pinned),
+        first,
+        budget_tokens=budget,
+        count_tokens=counter,
+        caps=CAPS,
+    )
+    payload = rules_merge(payload, second, budget_tokens=budget, count_tokens=counter, caps=CAPS)
+    assert counter(render_payload(payload)) <= budget
+    source = " ".join(
+        (m.content or "") + " ".join(c.function.arguments for c in m.tool_calls or [])
+        for m in first + second
+        if isinstance(m.content, str | None)
+    )
+    assert all(ident in source for ident in payload.identifiers)
+    if counter(render_payload(SummaryPayload(pinned_facts=pinned))) <= budget:
+        assert payload.pinned_facts == pinned
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(previous_batch=batches(), batch=batches())
+def test_idempotent_for_any_batch(previous_batch: list[Message], batch: list[Message]) -> None:
+    previous = merge(None, previous_batch, budget_tokens=100_000)
+    once = merge(previous, batch, budget_tokens=100_000)
+    assert merge(once, batch, budget_tokens=100_000) == once

@@ -149,6 +149,6 @@ def gain_estimate(
     context_window: int,
 ) -> float:
     """Share of the window a compression frees at worst: what it archives, minus how much the
-    summary may grow (to its full budget)."""
-    growth = max(0, summary_budget_tokens - summary_tokens_now)
+    summary may grow (up to its full budget, and never by more than what it takes in)."""
+    growth = min(max(0, summary_budget_tokens - summary_tokens_now), archived_tokens)
     return (archived_tokens - growth) / max(1, context_window)

@@ -78,6 +78,9 @@ class SessionState:
     breakdown: dict[str, int] = field(default_factory=dict)
     cooldown_until: float = 0.0
     warned: bool = False
+    #: The numbers above were read from the store at least once in this process.
+    synced: bool = False
+    syncing: bool = False
 
 
 class MemorySummaryPlugin:
@@ -188,28 +191,23 @@ class MemorySummaryPlugin:
         if self.config.strategy == "off":
             return
         session_id: str = payload["session_id"]
-        seqs = [
-            m.seq for m in (payload.get("message"), payload.get("reply")) if m is not None and m.seq
-        ]
-        state = self._state.get(session_id)
-        if state is None or state.turns_since is None and state.last_seq == 0:
-            self._spawn(self._cold_turn_check(session_id, payload["outcome"]))
+        state = self._state.setdefault(session_id, SessionState())
+        if not state.synced:
+            if not state.syncing:
+                state.syncing = True
+                self._spawn(self._cold_turn_check(session_id, payload["outcome"]))
             return
-        last = max(seqs, default=state.last_seq)
-        state.active += max(0, last - state.last_seq)
-        state.last_seq = max(state.last_seq, last)
-        if state.turns_since is not None:
-            state.turns_since += 1
-        if (
-            turn_triggered(
-                payload["outcome"],
-                state.active,
-                self.config.threshold,
-                state.turns_since,
-                self.config.debounce_turns,
-            )
-            and session_id not in self._running
-        ):
+        user, reply = payload.get("message"), payload.get("reply")
+        if user is not None and user.seq is not None and user.seq > state.last_seq and state.turns_since is not None:
+            state.turns_since += 1  # a turn the last snapshot did not already count
+        last = max([m.seq for m in (user, reply) if m is not None and m.seq is not None], default=0)
+        if last > state.last_seq:
+            state.active += last - state.last_seq
+            state.last_seq = last
+        if turn_triggered(
+            payload["outcome"], state.active, self.config.threshold, state.turns_since,
+            self.config.debounce_turns,
+        ) and session_id not in self._running:
             self._spawn(self.request(session_id, "turn"))
 
     async def _cold_turn_check(self, session_id: str, outcome: str) -> None:
@@ -470,6 +468,7 @@ class MemorySummaryPlugin:
         record = read_record(snap.record, snap.epoch)
         state.active = len(conv)
         state.last_seq = snap.last_seq or 0
+        state.synced, state.syncing = True, False
         if record is None:
             state.turns_since = None
         else:

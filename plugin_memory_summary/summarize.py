@@ -149,6 +149,8 @@ async def _llm_merge(
     if not text.strip():
         raise SummarizerError("empty answer")
     parsed = parse_summary_output(text)
+    if parsed is not None and not parsed.summary.strip():
+        raise SummarizerError("answer rejected: JSON without a usable summary")
     if parsed is None:
         reason = plain_text_gate(text, previous)
         if reason is None and not looks_like_prose(text):

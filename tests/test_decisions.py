@@ -1,0 +1,153 @@
+"""Pure decisions: cut point, batches, budget, triggers."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from host_stub.messages import Message, ToolCall, ToolCallFunction, tool_groups
+from plugin_memory_summary.decisions import (
+    conversation_messages,
+    cut_point,
+    gain_estimate,
+    hard_triggered,
+    soft_triggered,
+    split_batches,
+    summary_budget,
+    turn_triggered,
+    watermark_keep_tokens,
+)
+
+
+def seq(messages: list[Message], tokens: int = 10) -> list[Message]:
+    return [m.model_copy(update={"seq": i + 1, "tokens": m.tokens or tokens}) for i, m in enumerate(messages)]
+
+
+def call(*ids: str) -> Message:
+    return Message(role="assistant", tool_calls=[ToolCall(id=i, function=ToolCallFunction(name="f")) for i in ids])
+
+
+def result(cid: str) -> Message:
+    return Message(role="tool", tool_call_id=cid, content="r")
+
+
+def user(text: str = "u") -> Message:
+    return Message(role="user", content=text)
+
+
+def test_cut_keeps_newest_and_reports_seq() -> None:
+    msgs = seq([user(str(i)) for i in range(10)])
+    cut = cut_point(msgs, keep_recent=3)
+    assert cut is not None
+    assert cut.covered_up_to_seq == 7 and [m.seq for m in cut.kept] == [8, 9, 10]
+
+
+def test_cut_moves_earlier_to_keep_parallel_tool_group_whole() -> None:
+    msgs = seq([user(), user(), call("a", "b"), result("a"), result("b"), user(), user()])
+    # keep_recent=3 would start the kept window at result("b"): the group moves to the kept side.
+    cut = cut_point(msgs, keep_recent=3)
+    assert cut is not None and cut.covered_up_to_seq == 2
+    assert [m.role for m in cut.kept] == ["assistant", "tool", "tool", "user", "user"]
+
+
+def test_cut_ignores_system_messages_and_markers() -> None:
+    msgs = seq([Message(role="system", content="policy"), user(), user(),
+                Message(role="system", kind="event-marker", content="[m]"), user(), user()])
+    cut = cut_point(msgs, keep_recent=2)
+    assert cut is not None
+    assert [m.seq for m in cut.messages] == [2, 3] and [m.seq for m in cut.kept] == [5, 6]
+
+
+def test_keep_recent_tokens_bounds_the_window_but_keeps_the_newest() -> None:
+    msgs = seq([user(), user(), user().model_copy(update={"tokens": 5000}), user()])
+    cut = cut_point(msgs, keep_recent=3, keep_recent_tokens=100)
+    assert cut is not None and [m.seq for m in cut.kept] == [4]
+    huge_last = seq([user(), user().model_copy(update={"tokens": 5000})])
+    cut = cut_point(huge_last, keep_recent=3, keep_recent_tokens=100)
+    assert cut is not None and [m.seq for m in cut.kept] == [2]
+
+
+def test_nothing_to_cut() -> None:
+    assert cut_point(seq([user(), user()]), keep_recent=5) is None
+    assert cut_point(seq([call("a"), result("a")]), keep_recent=1) is None
+
+
+messages_strategy = st.lists(
+    st.sampled_from(["u", "a", "call1", "call2", "sys", "marker"]), min_size=0, max_size=40
+)
+
+
+def build(kinds: list[str]) -> list[Message]:
+    out: list[Message] = []
+    n = 0
+    for k in kinds:
+        if k == "u":
+            out.append(user())
+        elif k == "a":
+            out.append(Message(role="assistant", content="a"))
+        elif k == "sys":
+            out.append(Message(role="system", content="s"))
+        elif k == "marker":
+            out.append(Message(role="system", kind="event-marker", content="m"))
+        else:
+            ids = [f"c{n}_{i}" for i in range(int(k[-1]))]
+            n += 1
+            out.append(call(*ids))
+            out.extend(result(i) for i in ids)
+    return seq(out, tokens=7)
+
+
+@settings(max_examples=200, deadline=None)
+@given(messages_strategy, st.integers(1, 12), st.one_of(st.none(), st.integers(1, 60)))
+def test_cut_never_splits_a_tool_group(kinds: list[str], keep: int, keep_tokens: int | None) -> None:
+    msgs = build(kinds)
+    cut = cut_point(msgs, keep, keep_tokens)
+    if cut is None:
+        return
+    conv = conversation_messages(msgs)
+    for start, end, _ in tool_groups(conv):
+        seqs = [m.seq or 0 for m in conv[start:end]]
+        assert all(s <= cut.covered_up_to_seq for s in seqs) or all(s > cut.covered_up_to_seq for s in seqs)
+    assert cut.kept and cut.messages
+
+
+@settings(max_examples=200, deadline=None)
+@given(messages_strategy, st.integers(1, 40))
+def test_batches_cover_in_order_and_never_end_inside_a_group(kinds: list[str], batch_tokens: int) -> None:
+    conv = conversation_messages(build(kinds))
+    batches = split_batches(conv, batch_tokens)
+    assert [m.seq for b in batches for m in b] == [m.seq for m in conv]
+    for b in batches:
+        assert b[0].role != "tool"
+        groups = tool_groups(b)
+        assert all(complete for _, _, complete in groups)
+
+
+def test_summary_budget() -> None:
+    assert summary_budget(128_000, 0.05, 2000, None) == 2000
+    assert summary_budget(4000, 0.05, 2000, None) == 512  # floor of 512
+    assert summary_budget(100_000, 0.05, 0, None) == 5000  # 0 = no cap
+    assert summary_budget(100_000, 0.05, 0, 1024) == 1024  # summarizer's max output
+
+
+def test_triggers() -> None:
+    assert turn_triggered("replied", 30, 30, None, 3)
+    assert not turn_triggered("aborted", 99, 30, None, 3)
+    assert not turn_triggered("error", 99, 30, None, 3)
+    assert not turn_triggered("replied", 29, 30, None, 3)
+    assert not turn_triggered("replied", 40, 30, 2, 3)
+    assert turn_triggered("silent", 40, 30, 3, 3)
+    assert soft_triggered(0.7, 0.7, dry_run=False, rebuilt=False)
+    assert not soft_triggered(0.99, 0.0, dry_run=False, rebuilt=False)  # 0 = off
+    assert not soft_triggered(0.9, 0.7, dry_run=True, rebuilt=False)
+    assert not soft_triggered(0.9, 0.7, dry_run=False, rebuilt=True)
+    assert hard_triggered(0.95, 0.9, dry_run=False)
+    assert not hard_triggered(0.99, 0.0, dry_run=False) and not hard_triggered(2.0, 1.0, dry_run=False)
+
+
+def test_watermark_keep_and_gain() -> None:
+    assert watermark_keep_tokens(context_window=10_000, mark=0.9, fixed_tokens=2000, summary_budget_tokens=512) == 6488
+    assert watermark_keep_tokens(context_window=1000, mark=0.5, fixed_tokens=900, summary_budget_tokens=512) == 0
+    assert gain_estimate(archived_tokens=3000, summary_tokens_now=0, summary_budget_tokens=500, context_window=10_000) == 0.25
+    # A small archive cannot grow the summary by more than it takes in: no negative gain.
+    assert gain_estimate(archived_tokens=100, summary_tokens_now=0, summary_budget_tokens=500, context_window=10_000) == 0.0

@@ -248,10 +248,11 @@ def _register_plugin_commands() -> None:
     except ConfigError as exc:
         click.echo(f"host-stub: warning: {exc}", err=True)
         return
-    before = set(cli.commands)
+    before = dict(cli.commands)
     pm.hook.register_commands(cli=cli, open_host=open_host)
-    for name in set(cli.commands) - before:
-        host_options(cli.commands[name])
+    for name, command in cli.commands.items():
+        if before.get(name) is not command:
+            host_options(command)
 
 
 def main(argv: list[str] | None = None) -> int:

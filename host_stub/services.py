@@ -138,7 +138,9 @@ class MemoryService(Protocol):
         nothing."""
         ...
 
-    async def get_metadata(self, namespace: str, key: str) -> MetadataEntry | None: ...
+    async def get_metadata(self, namespace: str, key: str) -> MetadataEntry | None:
+        """The entry, ``None`` if never written, or a tombstone (``deleted``) if deleted."""
+        ...
 
     async def save_metadata(
         self,
@@ -156,15 +158,21 @@ class MemoryService(Protocol):
         """Mark deleted (a tombstone keeps the version); return the new version or ``None``."""
         ...
 
-    async def list_metadata(self, namespace: str) -> list[MetadataEntry]: ...
+    async def list_metadata(self, namespace: str) -> list[MetadataEntry]:
+        """The namespace's live (not deleted) entries."""
+        ...
 
     async def acquire_lease(self, name: str, ttl_s: float) -> LeaseToken | None:
         """Take the named lease for ``ttl_s`` seconds unless someone holds an unexpired one."""
         ...
 
-    async def release_lease(self, lease: LeaseToken) -> bool: ...
+    async def release_lease(self, lease: LeaseToken) -> bool:
+        """Give the lease back if it is still ours; return whether it was."""
+        ...
 
-    async def get_epoch(self, session_id: str) -> int: ...
+    async def get_epoch(self, session_id: str) -> int:
+        """The session's epoch (0 for an unknown session); ``clear`` bumps it."""
+        ...
 
     async def clear(self, session_id: str, types: Sequence[str] | None = None) -> int:
         """Bump the session's epoch and return it. ``types`` (``None`` = all) picks what goes:
@@ -181,9 +189,13 @@ class MemoryService(Protocol):
         """Delete everything of a session, archived messages and metadata included."""
         ...
 
-    async def list_sessions(self) -> list[SessionInfo]: ...
+    async def list_sessions(self) -> list[SessionInfo]:
+        """Every session with its active and archived counts."""
+        ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release connections; the service is unusable afterwards."""
+        ...
 
 
 class LLMUsage(BaseModel):
@@ -217,11 +229,17 @@ class LLMService(Protocol):
         temperature: float | None = None,
         timeout: float | None = None,
         tools: list[dict[str, Any]] | None = None,
-    ) -> Completion: ...
+    ) -> Completion:
+        """One model call; raises on provider errors and timeouts (callers decide what to do)."""
+        ...
 
-    def context_window(self, model: str | None = None) -> int: ...
+    def context_window(self, model: str | None = None) -> int:
+        """Input window of ``model`` (or the default model), config overrides first."""
+        ...
 
-    def max_output_tokens(self, model: str | None = None) -> int: ...
+    def max_output_tokens(self, model: str | None = None) -> int:
+        """Largest answer ``model`` can give."""
+        ...
 
     def count_tokens(
         self, messages_or_text: str | Sequence[Message | dict[str, Any]], model: str | None = None
@@ -234,7 +252,9 @@ class LLMService(Protocol):
 class MessageArchiveService(Protocol):
     """Optional: a visible log of the conversation (compression markers go here)."""
 
-    async def save_message(self, session_id: str, message: Message) -> None: ...
+    async def save_message(self, session_id: str, message: Message) -> None:
+        """Keep ``message`` in the session's visible log."""
+        ...
 
 
 
@@ -242,9 +262,13 @@ class MessageArchiveService(Protocol):
 class EventBusProtocol(Protocol):
     """The host's signal bus (see :mod:`host_stub.signals` for the names and payloads)."""
 
-    def connect(self, name: str, receiver: Any) -> None: ...
+    def connect(self, name: str, receiver: Any) -> None:
+        """Call ``receiver(sender, **payload)`` on every ``name`` signal."""
+        ...
 
-    def disconnect(self, name: str, receiver: Any) -> None: ...
+    def disconnect(self, name: str, receiver: Any) -> None:
+        """Stop calling ``receiver``."""
+        ...
 
     async def send(self, name: str, /, **payload: Any) -> list[Any]:
         """Validate ``payload`` against the signal's model and await every receiver."""
@@ -258,4 +282,10 @@ class HostProtocol(Protocol):
     memory: MemoryService
     llm: LLMService
 
-    def get_plugin(self, name: str) -> Any: ...
+    def get_plugin(self, name: str) -> Any:
+        """The loaded plugin instance registered under ``name``."""
+        ...
+
+    def context_window(self) -> int:
+        """The context window of the host's chat model (for plugins acting outside a turn)."""
+        ...

@@ -450,8 +450,8 @@ class MemorySummaryPlugin:
         state = self._state.get(session_id)
         if state is not None and state.context_window:
             return state.context_window
-        assert self.llm is not None
-        return self.llm.context_window(self.llm.default_model)
+        assert self.host is not None
+        return self.host.context_window()
 
     def _language(self, conv: list[Message]) -> str:
         """The configured language, or the one of the conversation's own words (tool payloads,

@@ -324,6 +324,32 @@ async def test_commit_compression_wins(memory: MemoryService) -> None:
     assert await memory.get_history("s") == []
 
 
+async def test_system_messages_are_never_archived_by_trim_or_compression(
+    memory: MemoryService,
+) -> None:
+    await memory.append("s", [Message(role="system", content="policy")])
+    await fill(memory, "s", 4, start=2)
+    await memory.append("s", [Message(role="system", content="late policy")])
+    await fill(memory, "s", 2, start=7)
+    assert await memory.commit_compression("s", {"text": "S"}, 0, 4, epoch=0)
+    assert await memory.trim_history("s", keep_recent=1, reason="window") == [5, 7]
+    active = await memory.get_history("s")
+    assert [(m.seq, m.role) for m in active] == [(1, "system"), (6, "system"), (8, "user")]
+    reasons = {m.seq: m.archived for m in await memory.get_archived("s")}
+    assert reasons == {2: "summarized", 3: "summarized", 4: "summarized", 5: "window", 7: "window"}
+
+
+async def test_delete_messages_marks_active_and_archived(memory: MemoryService) -> None:
+    await fill(memory, "s", 5)
+    assert await memory.commit_compression("s", {"text": "S"}, 0, 2, epoch=0)
+    assert await memory.delete_messages("s", [2, 4, 99]) == [2, 4]
+    assert await memory.delete_messages("s", [2]) == []  # already deleted
+    assert seqs_of(await memory.get_history("s")) == [3, 5]
+    reasons = {m.seq: m.archived for m in await memory.get_archived("s")}
+    assert reasons == {1: "summarized", 2: "deleted", 4: "deleted"}
+    assert await memory.delete_messages("unknown", [1]) == []
+
+
 async def test_commit_compression_custom_namespace(memory: MemoryService) -> None:
     await fill(memory, "s", 2)
     assert await memory.commit_compression("s", {"x": 1}, 0, 1, epoch=0, namespace="digest")

@@ -602,3 +602,113 @@ async def test_two_plugins_coexist_with_summary_after_static_prompt() -> None:
         assert heads[0] == host.config.host.system_prompt and heads[1] == "KB FACTS" and SUMMARY_OPEN in heads[2]
     finally:
         await host.stop()
+
+
+# -- knobs -------------------------------------------------------------------------------------
+
+async def test_backlog_is_folded_in_bounded_batches_oldest_first() -> None:
+    """A plugin installed on a long session folds the backlog over several runs, never archiving
+    what it has not summarized."""
+    llm = ScriptedLLM(default=json_summary)
+    h = await make_harness({"threshold": 100, "keep_recent": 4, "batch_tokens": 200, "max_batches_per_run": 2}, llm=llm)
+    try:
+        await h.host.memory.append("s", [Message(role="user" if i % 2 == 0 else "assistant", content=f"old message {i} " + "word " * 30) for i in range(60)])
+        first = await h.plugin.compress("s")
+        record = await h.plugin.show("s")
+        assert first["status"] == "done" and len(llm.calls) == 2  # two bounded batches
+        assert record is not None and 0 < record.covered_up_to_seq < 56
+        active = await h.host.memory.get_history("s")
+        assert min(m.seq or 0 for m in active if m.kind == "message") == record.covered_up_to_seq + 1
+        # Oldest first: the first batch began at the first message.
+        assert "old message 0 " in llm.calls[0]["messages"][-1]["content"]
+        assert "old message 0 " not in llm.calls[1]["messages"][-1]["content"]
+        runs = 1
+        while (await h.plugin.compress("s"))["status"] == "done":
+            runs += 1
+        record = await h.plugin.show("s")
+        assert record is not None and record.covered_up_to_seq == 56 and runs > 2
+        summarized = [m for m in await h.host.memory.get_archived("s") if m.kind == "message"]
+        assert all(m.archived == "summarized" and (m.seq or 0) <= record.covered_up_to_seq for m in summarized)
+        # Every batch's transcript reached the summarizer: each old message was seen exactly once.
+        seen = "\n".join(c["messages"][-1]["content"] for c in llm.calls)
+        for i in range(56):
+            assert seen.count(f"old message {i} ") == 1, i
+    finally:
+        await h.host.stop()
+
+
+async def test_custom_prompt_language_and_truncation_reach_the_summarizer() -> None:
+    llm = ScriptedLLM(default=json_summary)
+    h = await make_harness(
+        {"threshold": 100, "keep_recent": 2, "summary_prompt": "CUSTOM SYSTEM PROMPT", "language": "zh", "tool_truncate_chars": 10},
+        llm=llm,
+    )
+    try:
+        await h.host.run_turn("s", "search", recorded=[
+            Message(role="assistant", tool_calls=[ToolCall(id="c", function=ToolCallFunction(name="find", arguments='{"query": "' + "q" * 50 + '"}'))]),
+            Message(role="tool", tool_call_id="c", content="R" * 100),
+            Message(role="assistant", content="done"),
+        ])
+        await h.turns("s", 1, start=1)
+        await h.plugin.compress("s")
+        system, user = llm.calls[0]["messages"][0]["content"], llm.calls[0]["messages"][-1]["content"]
+        assert system == "CUSTOM SYSTEM PROMPT"
+        assert "R" * 11 not in user and "R" * 10 in user and "q" * 20 not in user
+        assert "工具结果(find)" in user  # Chinese transcript labels
+        record = await h.plugin.show("s")
+        assert record is not None and record.lang == "zh"
+    finally:
+        await h.host.stop()
+
+
+async def test_lease_held_elsewhere_skips_and_an_expired_one_is_taken_over() -> None:
+    h = await make_harness({"threshold": 100, "keep_recent": 2, "lease_ttl_s": 0.3})
+    try:
+        await h.turns("s", 3)
+        other = await h.host.memory.acquire_lease("memory-summary:s", 0.3)  # another process
+        assert other is not None
+        result = await h.plugin.compress("s")
+        assert result["status"] == "skipped" and "another process" in result["reason"]
+        await asyncio.sleep(0.35)
+        assert (await h.plugin.compress("s"))["status"] == "done"
+        # The plugin released its own lease.
+        assert await h.host.memory.acquire_lease("memory-summary:s", 1) is not None
+    finally:
+        await h.host.stop()
+
+
+async def test_shutdown_grace_cancels_a_hung_compression_with_a_final_status() -> None:
+    async def hang(sent: list[dict[str, Any]]) -> str:
+        await asyncio.sleep(60)
+        return "never"
+
+    h = await make_harness({"threshold": 6, "keep_recent": 2, "debounce_turns": 0, "shutdown_grace_s": 0.2, "summary_timeout_s": 60},
+                           llm=ScriptedLLM(default=hang))
+    await h.turns("s", 3)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await h.host.stop()
+    assert loop.time() - started < 5
+    finals = h.finals()
+    assert len(finals) == 1 and finals[0]["status"] == "error" and "cancelled" in finals[0]["reason"]
+
+
+async def test_summary_budget_follows_the_chat_window_and_caps() -> None:
+    llm = ScriptedLLM(default=json_summary, max_output=700)
+    h = await make_harness({"threshold": 100, "keep_recent": 2, "summary_token_ratio": 0.1, "summary_max_tokens": 0},
+                           llm=llm, host={"context_window": 50_000})
+    try:
+        await h.turns("s", 3)
+        await h.plugin.compress("s")
+        assert llm.calls[-1]["max_tokens"] == 700  # 10% of 50k = 5000, capped by the summarizer's max output
+    finally:
+        await h.host.stop()
+    llm = ScriptedLLM(default=json_summary)
+    h = await make_harness({"threshold": 100, "keep_recent": 2, "summary_token_ratio": 0.1, "summary_max_tokens": 1500},
+                           llm=llm, host={"context_window": 50_000})
+    try:
+        await h.turns("s", 3)
+        await h.plugin.compress("s")
+        assert llm.calls[-1]["max_tokens"] == 1500
+    finally:
+        await h.host.stop()

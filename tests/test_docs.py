@@ -1,0 +1,235 @@
+"""The README, plugin.toml and the CI script tell the truth about the code."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import ScriptedLLM, simple_count
+
+from host_stub import docgen, hookspecs, signals
+from host_stub.config import HostConfig, load_host_config
+from host_stub.host import Host
+from host_stub.memory.inmemory import InMemoryMemory
+from host_stub.plugins import PluginManifest
+from plugin_memory_summary.config import MemorySummaryConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+CI_RUN = ROOT / ".ci" / "run"
+
+
+def readme() -> str:
+    return README.read_text(encoding="utf-8")
+
+
+def code_blocks(language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```$", readme(), re.DOTALL | re.MULTILINE)
+
+
+def quick_start() -> list[str]:
+    """The commands of the README's first shell block, comments left out."""
+    block = code_blocks("sh")[0]
+    return [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
+
+
+# -- generated tables ----------------------------------------------------------------------------
+def test_readme_is_up_to_date_with_the_generator() -> None:
+    text = readme()
+    assert docgen.render_readme(text) == text, "run: python -m host_stub.docgen README.md"
+
+
+def test_readme_has_every_generated_section() -> None:
+    text = readme()
+    for name in docgen.SECTIONS:
+        assert f"<!-- BEGIN GENERATED: {name} -->" in text
+        assert f"<!-- END GENERATED: {name} -->" in text
+
+
+def test_every_hook_signal_and_config_key_is_in_the_readme() -> None:
+    text = readme()
+    hooks = [name for name, _ in docgen.hookspec_functions()]
+    assert hooks == [
+        "startup", "plugin_config_schema", "register_commands", "agent_prompt",
+        "before_model_call", "shutdown",
+    ]
+    missing = [h for h in hooks if f"`{h}`" not in text]
+    missing += [s for s in signals.PAYLOADS if f"`{s}`" not in text]
+    keys = [key for key, _, _ in docgen.config_rows(MemorySummaryConfig)]
+    assert "caps.identifiers" in keys
+    missing += [k for k in keys if f"`{k}`" not in text]
+    assert not missing, f"not documented in README.md: {missing}"
+
+
+def test_every_service_method_is_described() -> None:
+    rows = [line.split(" | ") for line in docgen.render_services().splitlines()[2:]]
+    members = [
+        (service, name)
+        for service, protocol in docgen.SERVICE_PROTOCOLS.items()
+        for name, _ in docgen.protocol_members(protocol)
+    ]
+    assert len(rows) == len(members) and ("memory", "trim_history") in members
+    undescribed = [row[1] for row in rows if row[2].strip() == docgen.NONE]
+    assert not undescribed, f"give these a docstring: {undescribed}"
+
+
+def test_config_table_shows_ranges_choices_and_aalis_names() -> None:
+    rows = {line.split("|")[1].strip(): line for line in docgen.render_config().splitlines()[2:]}
+    assert "2 ≤ x ≤ 100 000" in rows["`threshold`"] and "`keepRecent`" in rows["`keep_recent`"]
+    assert "0 < x ≤ 1" in rows["`summary_token_ratio`"]
+    assert "`summary` / `window` / `off`" in rows["`strategy`"]
+    assert "`summaryModelMode`" in rows["`summary_model`"] and "unset" in rows["`summary_model`"]
+    assert "≥ 1" in rows["`keep_recent_tokens`"]
+    for key in ("threshold", "keep_recent", "summary_token_ratio", "auto_compress_threshold",
+                "summary_prompt", "summary_model"):
+        assert rows[f"`{key}`"].rstrip(" |").split("|")[-1].strip() != docgen.NONE
+
+
+def test_render_readme_replaces_only_marked_blocks_and_checks_markers() -> None:
+    text = "intro\n<!-- BEGIN GENERATED: signals -->\nstale\n<!-- END GENERATED: signals -->\nend\n"
+    out = docgen.render_readme(text)
+    assert out.startswith("intro\n<!-- BEGIN GENERATED: signals -->\n| signal |")
+    assert out.endswith("<!-- END GENERATED: signals -->\nend\n") and "stale" not in out
+    assert docgen.render_readme(out) == out
+    with pytest.raises(ValueError, match="unbalanced"):
+        docgen.render_readme("<!-- BEGIN GENERATED: hooks -->\n")
+    with pytest.raises(ValueError, match="unknown"):
+        docgen.render_readme("<!-- BEGIN GENERATED: x -->\n<!-- END GENERATED: x -->")
+
+
+def test_docgen_check_exits_1_when_out_of_date(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "doc.md"
+    empty = "<!-- BEGIN GENERATED: hooks -->\n<!-- END GENERATED: hooks -->\n"
+    path.write_text(empty, encoding="utf-8")
+    before = path.read_text(encoding="utf-8")
+    assert docgen.main([str(path), "--check"]) == 1
+    assert path.read_text(encoding="utf-8") == before
+    assert "out of date" in capsys.readouterr().err
+    assert docgen.main([str(path)]) == 0
+    assert "`agent_prompt`" in path.read_text(encoding="utf-8")
+    assert docgen.main([str(path), "--check"]) == 0
+
+
+# -- plugin.toml ---------------------------------------------------------------------------------
+def test_both_plugin_toml_copies_are_identical() -> None:
+    root = (ROOT / "plugin.toml").read_bytes()
+    shipped = (ROOT / "plugin_memory_summary" / "plugin.toml").read_bytes()
+    assert root == shipped, "plugin.toml and plugin_memory_summary/plugin.toml differ"
+
+
+def _compare(toml: dict[str, Any], model: dict[str, Any], where: str) -> list[str]:
+    problems = [f"{where}{k}: not a config key" for k in toml.keys() - model.keys()]
+    for key, default in model.items():
+        if isinstance(default, dict):
+            problems += _compare(toml.get(key, {}), default, f"{where}{key}.")
+        elif key not in toml:
+            if default is not None:
+                problems.append(f"{where}{key}: missing from plugin.toml (default {default!r})")
+        elif toml[key] != default or type(toml[key]) is not type(default):
+            problems.append(f"{where}{key}: plugin.toml {toml[key]!r} != model default {default!r}")
+    return problems
+
+
+def test_plugin_toml_config_equals_the_model_defaults() -> None:
+    data = tomllib.loads((ROOT / "plugin.toml").read_text(encoding="utf-8"))
+    problems = _compare(data["config"], MemorySummaryConfig().model_dump(), "config.")
+    assert not problems, "\n".join(problems)
+    manifest = PluginManifest.model_validate(data["plugin"] | {"config": data["config"]})
+    assert manifest.name == "memory-summary"
+    declared = set(manifest.signals["listens"]) | set(manifest.signals["emits"])
+    assert declared <= set(signals.PAYLOADS)
+
+
+# -- README examples -----------------------------------------------------------------------------
+async def test_readme_host_config_example_starts_a_host(tmp_path: Path) -> None:
+    block = next(b for b in code_blocks("toml") if b.startswith("[host]"))
+    path = tmp_path / "host.toml"
+    path.write_text(block, encoding="utf-8")
+    config = load_host_config(path)
+    assert config.plugin["memory-summary"]["threshold"] == 40
+
+    host = Host(config, memory=InMemoryMemory(token_counter=lambda m: 1), llm=ScriptedLLM())
+    await host.start()
+    try:
+        cfg = host.plugins["memory-summary"].config
+    finally:
+        await host.stop()
+    assert isinstance(cfg, MemorySummaryConfig)
+    assert (cfg.threshold, cfg.keep_recent, cfg.caps.identifiers) == (40, 16, 60)
+    assert cfg.caps.list_items == MemorySummaryConfig().caps.list_items
+
+
+async def test_readme_plugin_example_runs_in_a_host(capsys: pytest.CaptureFixture[str]) -> None:
+    source = next(b for b in code_blocks("python") if "def create_plugin" in b)
+    module = types.ModuleType("my_pkg")
+    exec(compile(source, "README.md", "exec"), module.__dict__)
+    manifest_toml = next(b for b in code_blocks("toml") if b.startswith("[plugin]"))
+    manifest = tomllib.loads(manifest_toml)
+    PluginManifest.model_validate(manifest["plugin"] | {"config": manifest["config"]})
+    plugin = module.create_plugin()
+    llm = ScriptedLLM(default="hello")
+    config = HostConfig.model_validate({"plugins": {"allow": []}, "host": {"model": "fake/chat"}})
+    host = Host(
+        config,
+        memory=InMemoryMemory(token_counter=lambda m: simple_count(str(m.content))),
+        llm=llm,
+        plugins=[("my-plugin", plugin)],
+    )
+    await host.start()
+    try:
+        result = await host.run_turn("s1", "hi")
+    finally:
+        await host.stop()
+    assert result.outcome == "replied"
+    assert llm.calls[0]["messages"][-1] == {"role": "system", "content": manifest["config"]["hint"]}
+    assert "s1 replied" in capsys.readouterr().out
+
+
+def test_readme_cli_commands_exist() -> None:
+    used = set(re.findall(r"^host-stub (\w[\w-]*)", readme(), re.MULTILINE))
+    used |= set(re.findall(r"`host-stub (\w[\w-]*)", readme()))
+    out = subprocess.run(
+        [sys.executable, "-m", "host_stub.cli", "--help"],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+    ).stdout
+    listed = set(re.findall(r"^  (\w[\w-]*)\s", out.split("Commands:", 1)[1], re.MULTILINE))
+    expected = {"replay", "chat", "sessions", "clear", "summary", "compress", "rebuild", "pin"}
+    assert expected <= listed
+    assert used <= listed, f"README names commands that do not exist: {used - listed}"
+
+
+# -- CI ------------------------------------------------------------------------------------------
+def test_ci_installs_and_tests_exactly_as_the_readme_says() -> None:
+    commands = quick_start()
+    setup = next(c for c in commands if "pip install" in c)
+    test = next(c for c in commands if c.split()[0] == "pytest")
+    script = CI_RUN.read_text(encoding="utf-8")
+    lines = [line.strip() for line in script.splitlines()]
+    assert setup in lines, f"the README's set-up command is not a line of .ci/run: {setup}"
+    assert any(line == test or line.startswith(test + " ") for line in lines), test
+    assert "python -m host_stub.docgen README.md --check" in lines
+    assert "set -euo pipefail" in lines
+    assert CI_RUN.stat().st_mode & 0o111, ".ci/run is not executable"
+    assert not re.search(r"/(work|tmp)/", script)
+
+
+def test_ci_script_is_valid_bash() -> None:
+    subprocess.run(["bash", "-n", str(CI_RUN)], check=True)
+
+
+def test_readme_names_no_local_paths() -> None:
+    assert not re.search(r"(?<![\w.])/(work|tmp)/", readme())
+
+
+def test_hookspec_module_is_the_documented_contract() -> None:
+    assert hookspecs.ENTRY_POINT_GROUP in readme()

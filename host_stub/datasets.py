@@ -33,7 +33,11 @@ def load_tau_bench(path: str | Path) -> list[Conversation]:
     for item in data:
         messages = []
         for raw in item["traj"]:
-            fields = {k: raw[k] for k in ("role", "content", "tool_calls", "tool_call_id", "name") if k in raw}
+            fields = {
+                k: raw[k]
+                for k in ("role", "content", "tool_calls", "tool_call_id", "name")
+                if k in raw
+            }
             messages.append(Message.model_validate(fields))
         out.append(
             Conversation(
@@ -85,5 +89,12 @@ def load_locomo(path: str | Path) -> list[Conversation]:
                 messages.append(Message(role=role, content=text))
             n += 1
         del b
-        out.append(Conversation(name=item.get("sample_id", f"locomo-{len(out)}"), messages=messages, qa=item.get("qa", []), turn_index=index))
+        out.append(
+            Conversation(
+                name=item.get("sample_id", f"locomo-{len(out)}"),
+                messages=messages,
+                qa=item.get("qa", []),
+                turn_index=index,
+            )
+        )
     return out

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pluggy
+
 from . import signals
 from .bus import EventBus, await_me_maybe
 from .config import HostConfig
@@ -203,7 +204,9 @@ class Host:
         snap = await self.memory.snapshot(session_id)
         history, repaired = sanitize_tool_pairs([m for m in snap.messages if not m.is_marker])
         if repaired:
-            log.warning("session %s: %d unpaired tool messages left out of the prompt", session_id, repaired)
+            log.warning(
+                "session %s: %d unpaired tool messages left out of the prompt", session_id, repaired
+            )
         window = self.context_window()
         base = PromptView(
             session_id=session_id,
@@ -239,7 +242,9 @@ class Host:
             summary_version=snap.record.version if snap.record else 0,
             dry_run=dry_run,
         )
-        view = base.model_copy(update={"usage_ratio": usage.usage_ratio, "breakdown": breakdown.model_dump()})
+        view = base.model_copy(
+            update={"usage_ratio": usage.usage_ratio, "breakdown": breakdown.model_dump()}
+        )
         prompt = assemble_prompt(
             self.config.host.system_prompt,
             contributions,
@@ -275,8 +280,10 @@ class Host:
     ) -> TurnResult:
         """One turn. With ``recorded`` (replay), the recorded assistant and tool messages stand in
         for the model's replies and the tools' results; no model is called."""
-        inputs = [Message(role="user", content=user)] if isinstance(user, str) else (
-            [user] if isinstance(user, Message) else list(user)
+        inputs = (
+            [Message(role="user", content=user)]
+            if isinstance(user, str)
+            else ([user] if isinstance(user, Message) else list(user))
         )
         result = TurnResult(session_id=session_id, outcome="silent")
         stored = await self.memory.append(session_id, inputs)
@@ -298,7 +305,9 @@ class Host:
         await self._turn_after(session_id, user_message, result)
         return result
 
-    async def _turn_after(self, session_id: str, user_message: Message | None, result: TurnResult) -> None:
+    async def _turn_after(
+        self, session_id: str, user_message: Message | None, result: TurnResult
+    ) -> None:
         await self.bus.send(
             signals.AGENT_TURN_AFTER,
             session_id=session_id,
@@ -309,7 +318,9 @@ class Host:
             metadata={"error": result.error} if result.error else {},
         )
 
-    async def _replay_turn(self, session_id: str, recorded: list[Message], result: TurnResult) -> None:
+    async def _replay_turn(
+        self, session_id: str, recorded: list[Message], result: TurnResult
+    ) -> None:
         i = 0
         while i < len(recorded):
             if recorded[i].role == "assistant":
@@ -350,7 +361,9 @@ class Host:
                 )
                 for c in completion.tool_calls or []
             ]
-            reply = Message(role="assistant", content=completion.text or None, tool_calls=calls or None)
+            reply = Message(
+                role="assistant", content=completion.text or None, tool_calls=calls or None
+            )
             if not completion.text and not calls:
                 return
             stored = await self.memory.append(session_id, [reply])
@@ -383,9 +396,13 @@ class Host:
     ) -> Any:
         max_tokens = self.config.host.reserve_for_reply or None
         if not stream:
-            return await self.llm.complete(prompt, model=self.model, max_tokens=max_tokens, tools=tools)
+            return await self.llm.complete(
+                prompt, model=self.model, max_tokens=max_tokens, tools=tools
+            )
         final = None
-        async for item in self.llm.stream(prompt, model=self.model, max_tokens=max_tokens, tools=tools):  # type: ignore[attr-defined]
+        async for item in self.llm.stream(
+            prompt, model=self.model, max_tokens=max_tokens, tools=tools
+        ):  # type: ignore[attr-defined]
             if isinstance(item, str):
                 if on_delta is not None:
                     await await_me_maybe(on_delta(item))
@@ -399,7 +416,11 @@ class Host:
         """Clear memory (``session_id`` None = every session): the host clears the history, then
         ``memory:clear`` lets plugins clear their own types; returns the merged results."""
         scope = "session" if session_id else "all"
-        sessions = [session_id] if session_id else [s.session_id for s in await self.memory.list_sessions()]
+        sessions = (
+            [session_id]
+            if session_id
+            else [s.session_id for s in await self.memory.list_sessions()]
+        )
         results: dict[str, Any] = {}
         if types is None or "history" in types:
             for sid in sessions:
@@ -413,16 +434,21 @@ class Host:
         return results
 
     async def delete_messages(self, session_id: str, seqs: list[int]) -> list[int]:
-        """Roll back or edit: mark messages deleted, then tell plugins (``memory:messages-deleted``)."""
+        """Roll back or edit: mark messages deleted, then tell plugins
+        (``memory:messages-deleted``)."""
         deleted = await self.memory.delete_messages(session_id, seqs)
         if deleted:
-            await self.bus.send(signals.MEMORY_MESSAGES_DELETED, session_id=session_id, seqs=deleted)
+            await self.bus.send(
+                signals.MEMORY_MESSAGES_DELETED, session_id=session_id, seqs=deleted
+            )
         return deleted
 
     async def request_compression(self, session_id: str, reason: str = "manual") -> str:
         """Send ``session:compress`` and return its request id."""
         request_id = f"{session_id}:{time.time_ns()}"
-        await self.bus.send(signals.SESSION_COMPRESS, request_id=request_id, session_id=session_id, reason=reason)
+        await self.bus.send(
+            signals.SESSION_COMPRESS, request_id=request_id, session_id=session_id, reason=reason
+        )
         return request_id
 
 

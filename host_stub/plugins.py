@@ -67,7 +67,9 @@ def read_manifest(module_name: str) -> tuple[PluginManifest | None, str]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: invalid TOML: {exc}") from None
     try:
-        return PluginManifest.model_validate(data.get("plugin", {}) | {"config": data.get("config", {})}), source
+        return PluginManifest.model_validate(
+            data.get("plugin", {}) | {"config": data.get("config", {})}
+        ), source
     except ValidationError as exc:
         raise ConfigError(one_line_error(source, exc, "plugin")) from None
 
@@ -113,11 +115,15 @@ def get_plugin_manager(
     return pm, loaded
 
 
-def plugin_config(pm: pluggy.PluginManager, loaded: LoadedPlugin, config: HostConfig) -> BaseModel | None:
+def plugin_config(
+    pm: pluggy.PluginManager, loaded: LoadedPlugin, config: HostConfig
+) -> BaseModel | None:
     """Validate one plugin's config: ``plugin.toml`` defaults, then the host file's
     ``[plugin.<name>]``, against the schema the plugin returns from ``plugin_config_schema``."""
     impls = [
-        impl for impl in pm.hook.plugin_config_schema.get_hookimpls() if impl.plugin is loaded.plugin
+        impl
+        for impl in pm.hook.plugin_config_schema.get_hookimpls()
+        if impl.plugin is loaded.plugin
     ]
     overrides = config.plugin.get(loaded.name, {})
     if not impls:

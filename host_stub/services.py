@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -255,8 +255,6 @@ class MessageArchiveService(Protocol):
     async def save_message(self, session_id: str, message: Message) -> None:
         """Keep ``message`` in the session's visible log."""
         ...
-
-
 
 
 class EventBusProtocol(Protocol):

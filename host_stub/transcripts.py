@@ -20,7 +20,9 @@ class TranscriptError(ValueError):
 def _message(raw: Any, where: str) -> Message:
     if not isinstance(raw, dict):
         raise TranscriptError(f"{where}: expected a message object, got {type(raw).__name__}")
-    fields = {k: raw[k] for k in ("role", "content", "tool_calls", "tool_call_id", "name") if k in raw}
+    fields = {
+        k: raw[k] for k in ("role", "content", "tool_calls", "tool_call_id", "name") if k in raw
+    }
     try:
         return Message.model_validate(fields)
     except ValidationError as exc:

@@ -54,7 +54,8 @@ def register(cli: Any, open_host: Any) -> None:
             else:
                 click.echo(
                     f"session {session}: {record.messages_summarized} messages summarized in "
-                    f"{record.compressions} compressions, covered through seq {record.covered_up_to_seq}"
+                    f"{record.compressions} compressions, covered through seq "
+                    f"{record.covered_up_to_seq}"
                 )
                 click.echo(record.text)
 

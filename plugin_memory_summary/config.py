@@ -19,8 +19,12 @@ class PayloadCaps(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    summary_chars: int = Field(default=1400, ge=100, le=100_000, description="Characters of the prose summary.")
-    goal_chars: int = Field(default=120, ge=10, le=10_000, description="Characters of the conversation goal.")
+    summary_chars: int = Field(
+        default=1400, ge=100, le=100_000, description="Characters of the prose summary."
+    )
+    goal_chars: int = Field(
+        default=120, ge=10, le=10_000, description="Characters of the conversation goal."
+    )
     list_items: int = Field(default=6, ge=1, le=100, description="Items per list field.")
     item_chars: int = Field(default=80, ge=10, le=10_000, description="Characters per list item.")
     identifiers: int = Field(default=40, ge=0, le=1000, description="Identifiers carried verbatim.")
@@ -38,75 +42,108 @@ class MemorySummaryConfig(BaseModel):
         description="`summary` summarizes and archives; `window` only archives old messages; `off` does nothing.",
     )
     threshold: int = Field(
-        default=30, ge=2, le=100_000,
+        default=30,
+        ge=2,
+        le=100_000,
         description="Compress after a turn once this many active messages (markers excluded) exist.",
     )
     keep_recent: int = Field(
-        default=20, ge=1, le=100_000,
+        default=20,
+        ge=1,
+        le=100_000,
         description="Newest messages kept verbatim after a compression (must be < threshold).",
     )
     keep_recent_tokens: int | None = Field(
-        default=None, ge=1,
+        default=None,
+        ge=1,
         description="If set, the kept window also holds at most this many tokens.",
     )
     summary_token_ratio: float = Field(
-        default=0.05, gt=0, le=1,
+        default=0.05,
+        gt=0,
+        le=1,
         description="Summary budget as a share of the chat model's context window (at least 512 tokens).",
     )
     summary_max_tokens: int = Field(
-        default=2000, ge=0, le=1_000_000,
+        default=2000,
+        ge=0,
+        le=1_000_000,
         description="Cap on the summary budget; 0 = no cap.",
     )
     auto_compress_threshold: float = Field(
-        default=0.7, ge=0, le=1,
+        default=0.7,
+        ge=0,
+        le=1,
         description="Soft watermark: context usage ratio that starts a background compression; 0 = off.",
     )
     hard_compress_threshold: float = Field(
-        default=0.9, ge=0, le=10,
+        default=0.9,
+        ge=0,
+        le=10,
         description="Hard watermark: usage ratio that compresses before the model call; 0 or >= 1 = off.",
     )
     hard_deadline_s: float = Field(
-        default=10.0, gt=0, le=600,
+        default=10.0,
+        gt=0,
+        le=600,
         description="Deadline of a blocking compression; past it the rules engine finishes it.",
     )
     debounce_turns: int = Field(
-        default=3, ge=0, le=10_000,
+        default=3,
+        ge=0,
+        le=10_000,
         description="Turns (user messages) between two turn-triggered compressions.",
     )
     min_gain: float = Field(
-        default=0.2, ge=0, le=1,
+        default=0.2,
+        ge=0,
+        le=1,
         description="A watermark compression must be able to free this share of the context window.",
     )
     cooldown_s: float = Field(
-        default=30.0, ge=0, le=86_400,
+        default=30.0,
+        ge=0,
+        le=86_400,
         description="After a watermark compression that could not bring usage under the mark, wait this long.",
     )
     summary_prompt: str = Field(
-        default="", description="System prompt for the summarizer; empty = built-in (Chinese or English)."
+        default="",
+        description="System prompt for the summarizer; empty = built-in (Chinese or English).",
     )
     summary_model: str | None = Field(
-        default=None, description="Model for summaries (any litellm model); unset = the host's default model."
+        default=None,
+        description="Model for summaries (any litellm model); unset = the host's default model.",
     )
     summary_timeout_s: float = Field(
         default=60.0, gt=0, le=3600, description="Timeout of one summarizer call."
     )
     summary_temperature: float = Field(
-        default=0.3, ge=0, le=2, description="Summarizer temperature (dropped for models that refuse it)."
+        default=0.3,
+        ge=0,
+        le=2,
+        description="Summarizer temperature (dropped for models that refuse it).",
     )
     tool_truncate_chars: int = Field(
-        default=200, ge=10, le=100_000,
+        default=200,
+        ge=10,
+        le=100_000,
         description="Tool arguments and results are cut to this many characters in the transcript.",
     )
     message_truncate_chars: int = Field(
-        default=4000, ge=100, le=1_000_000,
+        default=4000,
+        ge=100,
+        le=1_000_000,
         description="Any one message is cut to this many characters in the transcript.",
     )
     batch_tokens: int = Field(
-        default=0, ge=0,
+        default=0,
+        ge=0,
         description="Transcript tokens per summarizer call; 0 = derived from the summarizer's window.",
     )
     max_batches_per_run: int = Field(
-        default=4, ge=1, le=1000,
+        default=4,
+        ge=1,
+        le=1000,
         description="Batches folded per run; a larger backlog is folded over several runs, oldest first.",
     )
     fallback: Literal["rules", "trim"] = Field(
@@ -114,15 +151,21 @@ class MemorySummaryConfig(BaseModel):
         description="On summarizer failure: `rules` merges extractively without an LLM; `trim` only archives.",
     )
     max_concurrent_summaries: int = Field(
-        default=4, ge=1, le=1000,
+        default=4,
+        ge=1,
+        le=1000,
         description="Background compressions running at once in this process (hard ones bypass it).",
     )
     shutdown_grace_s: float = Field(
-        default=10.0, ge=0, le=3600,
+        default=10.0,
+        ge=0,
+        le=3600,
         description="At shutdown, background compressions get this long to finish before they are cancelled.",
     )
     lease_ttl_s: float = Field(
-        default=120.0, gt=0, le=86_400,
+        default=120.0,
+        gt=0,
+        le=86_400,
         description="Expiry of the cross-process compression lease.",
     )
     redact_patterns: list[str] = Field(
@@ -130,7 +173,8 @@ class MemorySummaryConfig(BaseModel):
         description="Extra regular expressions redacted before text reaches the summarizer (built-ins always run).",
     )
     language: Literal["auto", "zh", "en"] = Field(
-        default="auto", description="Language of the summary prompt; `auto` follows the conversation."
+        default="auto",
+        description="Language of the summary prompt; `auto` follows the conversation.",
     )
     caps: PayloadCaps = Field(default_factory=PayloadCaps)
 

@@ -21,7 +21,8 @@ __all__ = [
     "split_batches",
     "summary_budget",
     "turn_triggered",
-    "watermark_keep_tokens",
+    "WatermarkPlan",
+    "plan_watermark",
 ]
 
 
@@ -128,17 +129,41 @@ def split_batches(messages: Sequence[Message], batch_tokens: int) -> list[list[M
     return batches
 
 
-def watermark_keep_tokens(
+@dataclass(frozen=True)
+class WatermarkPlan:
+    """How a watermark compression should size the kept window, or why it cannot help."""
+
+    keep_tokens: int | None
+    blocked: str | None = None
+
+
+def plan_watermark(
     *,
     context_window: int,
     mark: float,
+    min_gain: float,
     fixed_tokens: int,
     summary_budget_tokens: int,
-) -> int:
-    """Tokens the kept window may hold so that, after the compression, usage is at or under the
-    watermark that fired: the mark's share of the window minus what cannot be compressed (system
-    prompt, tool definitions, reply reserve) and the summary at its full budget."""
-    return max(0, int(context_window * mark) - fixed_tokens - summary_budget_tokens)
+    newest_tokens: int,
+) -> WatermarkPlan:
+    """Aim below the mark that fired by ``min_gain`` (so the next calls do not fire it again at
+    once): the kept window may hold what is left of ``(mark - min_gain) x window`` after what
+    cannot be compressed (system prompt, core system messages, tool definitions, reply reserve)
+    and the summary at its full budget, and always holds the newest message. When even that floor
+    reaches the mark, no compression can help: ``blocked`` says why (the caller warns once and
+    cools down instead of compressing on every call)."""
+    floor = fixed_tokens + summary_budget_tokens + newest_tokens
+    if floor >= mark * context_window:
+        return WatermarkPlan(
+            None,
+            blocked=(
+                f"what cannot be compressed ({floor} tokens: fixed {fixed_tokens}, summary budget "
+                f"{summary_budget_tokens}, newest message {newest_tokens}) reaches the watermark "
+                f"({mark:.0%} of {context_window})"
+            ),
+        )
+    target = int(max(0.0, mark - min_gain) * context_window)
+    return WatermarkPlan(max(newest_tokens, target - fixed_tokens - summary_budget_tokens))
 
 
 def gain_estimate(

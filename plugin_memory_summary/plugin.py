@@ -31,11 +31,11 @@ from .decisions import (
     cut_point,
     gain_estimate,
     hard_triggered,
+    plan_watermark,
     soft_triggered,
     split_batches,
     summary_budget,
     turn_triggered,
-    watermark_keep_tokens,
 )
 from .hygiene import wrap_summary_block
 from .payload import SummaryPayload, render_payload
@@ -198,16 +198,27 @@ class MemorySummaryPlugin:
                 self._spawn(self._cold_turn_check(session_id, payload["outcome"]))
             return
         user, reply = payload.get("message"), payload.get("reply")
-        if user is not None and user.seq is not None and user.seq > state.last_seq and state.turns_since is not None:
+        if (
+            user is not None
+            and user.seq is not None
+            and user.seq > state.last_seq
+            and state.turns_since is not None
+        ):
             state.turns_since += 1  # a turn the last snapshot did not already count
         last = max([m.seq for m in (user, reply) if m is not None and m.seq is not None], default=0)
         if last > state.last_seq:
             state.active += last - state.last_seq
             state.last_seq = last
-        if turn_triggered(
-            payload["outcome"], state.active, self.config.threshold, state.turns_since,
-            self.config.debounce_turns,
-        ) and session_id not in self._running:
+        if (
+            turn_triggered(
+                payload["outcome"],
+                state.active,
+                self.config.threshold,
+                state.turns_since,
+                self.config.debounce_turns,
+            )
+            and session_id not in self._running
+        ):
             self._spawn(self.request(session_id, "turn"))
 
     async def _cold_turn_check(self, session_id: str, outcome: str) -> None:
@@ -340,7 +351,8 @@ class MemorySummaryPlugin:
         deadline_s: float | None = None,
     ) -> dict[str, Any]:
         """Compress a session (joining a compression already running for it) and report. Returns
-        the final status ``{"status", "reason", "stats"}``; never raises for a failed compression."""
+        the final status ``{"status", "reason", "stats"}``; never raises for a failed
+        compression."""
         request_id = request_id or self._request_id(session_id)
         final: dict[str, Any] = {"status": "error", "reason": "cancelled", "stats": {}}
         await self._emit(request_id, session_id, "start", reason, {"usage_ratio": usage_ratio})
@@ -459,7 +471,9 @@ class MemorySummaryPlugin:
         if self.config.language != "auto":
             return self.config.language
         return detect_language(
-            text_of(m.content) for m in conv[-40:] if m.role in ("user", "assistant") and not m.tool_calls
+            text_of(m.content)
+            for m in conv[-40:]
+            if m.role in ("user", "assistant") and not m.tool_calls
         )
 
     def _refresh_state(self, snap: Snapshot) -> SessionState:
@@ -527,17 +541,46 @@ class MemorySummaryPlugin:
         mark = {"auto": cfg.auto_compress_threshold, "hard": cfg.hard_compress_threshold}.get(
             reason
         )
-        breakdown = state.breakdown
-        if mark and breakdown:
+        breakdown = state.breakdown if mark else {}
+        if breakdown and conv:
+            core = sum(
+                m.tokens or 0 for m in snap.messages if m.role == "system" and m.kind == "message"
+            )
             fixed = (
                 breakdown.get("system", 0)
                 + breakdown.get("tool_defs", 0)
                 + breakdown.get("reserved_for_reply", 0)
+                + core
             )
-            fit = watermark_keep_tokens(
-                context_window=window, mark=mark, fixed_tokens=fixed, summary_budget_tokens=budget
+            plan = plan_watermark(
+                context_window=window,
+                mark=mark or 0.0,
+                min_gain=cfg.min_gain,
+                fixed_tokens=fixed,
+                summary_budget_tokens=budget,
+                newest_tokens=conv[-1].tokens or 0,
             )
-            keep_tokens = fit if keep_tokens is None else min(keep_tokens, fit)
+            if plan.blocked is not None:
+                state.cooldown_until = time.monotonic() + cfg.cooldown_s
+                if not state.warned:
+                    state.warned = True
+                    log.warning(
+                        "session %s: no compression can bring usage under the watermark: %s "
+                        "(system prompt %d, core system messages %d, tool definitions %d, reply "
+                        "reserve %d); cooling down %.0fs",
+                        session_id,
+                        plan.blocked,
+                        breakdown.get("system", 0),
+                        core,
+                        breakdown.get("tool_defs", 0),
+                        breakdown.get("reserved_for_reply", 0),
+                        cfg.cooldown_s,
+                    )
+                return {"status": "skipped", "reason": f"blocked: {plan.blocked}", "stats": {}}
+            if plan.keep_tokens is not None:
+                keep_tokens = (
+                    plan.keep_tokens if keep_tokens is None else min(keep_tokens, plan.keep_tokens)
+                )
         cut = cut_point(snap.messages, cfg.keep_recent, keep_tokens)
         if cut is None:
             return {
@@ -549,36 +592,16 @@ class MemorySummaryPlugin:
         covered = batches[-1][-1].seq or 0
         archived_tokens = sum(m.tokens or 0 for b in batches for m in b)
         tokens_before = sum(m.tokens or 0 for m in conv)
-        if mark and breakdown:
-            summary_now = breakdown.get("summary", 0)
+        if reason == "auto" and breakdown:
+            # The soft mark is not urgent: a compression that frees little waits until it can
+            # free more (the hard mark, if it comes first, compresses regardless).
             gain = gain_estimate(
                 archived_tokens=archived_tokens,
-                summary_tokens_now=summary_now,
+                summary_tokens_now=breakdown.get("summary", 0),
                 summary_budget_tokens=budget,
                 context_window=window,
             )
             if gain < cfg.min_gain:
-                state.cooldown_until = time.monotonic() + cfg.cooldown_s
-                fixed_share = (sum(breakdown.values()) - archived_tokens) / max(1, window)
-                if not state.warned:
-                    state.warned = True
-                    log.warning(
-                        "session %s: compression would free only %.0f%% of the %d-token window "
-                        "(min_gain %.0f%%); what cannot be compressed is %.0f%% of it "
-                        "(system %d, tool definitions %d, reply reserve %d, summary %d, kept %d); "
-                        "cooling down %.0fs",
-                        session_id,
-                        gain * 100,
-                        window,
-                        cfg.min_gain * 100,
-                        fixed_share * 100,
-                        breakdown.get("system", 0),
-                        breakdown.get("tool_defs", 0),
-                        breakdown.get("reserved_for_reply", 0),
-                        summary_now,
-                        sum(m.tokens or 0 for m in cut.kept),
-                        cfg.cooldown_s,
-                    )
                 return {
                     "status": "skipped",
                     "reason": f"min_gain: would free {gain:.1%} of the window",
@@ -597,14 +620,10 @@ class MemorySummaryPlugin:
                 session_id, up_to_seq=covered, reason="window"
             )
             stats.update(messages_archived=len(archived), fallback=None)
-            return self._finish(
-                stats, state, started, tokens_before - archived_tokens, "done", "window"
+            return await self._finish(
+                session_id, stats, started, tokens_before - archived_tokens, "done", "window"
             )
-        lang = (
-            cfg.language
-            if cfg.language != "auto"
-            else detect_language(text_of(m.content) for m in conv[-40:])
-        )
+        lang = self._language(conv)
         model = self._summary_model()
         outcome = await summarize_batches(
             record.payload if record else None,
@@ -628,7 +647,9 @@ class MemorySummaryPlugin:
                 session_id, up_to_seq=covered, reason="fallback-trim"
             )
             stats.update(messages_archived=len(archived))
-            return self._finish(stats, state, started, tokens_before - archived_tokens, status, why)
+            return await self._finish(
+                session_id, stats, started, tokens_before - archived_tokens, status, why
+            )
         covered_now = batches[outcome.batches_done - 1][-1].seq or 0
         summarized = [m for b in batches[: outcome.batches_done] for m in b]
         now = time.time()
@@ -675,7 +696,10 @@ class MemorySummaryPlugin:
             marker = Message(
                 role="system",
                 kind="event-marker",
-                content=f"[memory-summary] {len(summarized)} messages summarized (through seq {covered_now})",
+                content=(
+                    f"[memory-summary] {len(summarized)} messages summarized "
+                    f"(through seq {covered_now})"
+                ),
                 metadata={
                     "plugin": PLUGIN_NAME,
                     "covered_up_to_seq": covered_now,
@@ -687,25 +711,23 @@ class MemorySummaryPlugin:
             except Exception:
                 log.exception("could not write the compression marker of %s", session_id)
         tokens_after = tokens_before - archived_tokens + summary_tokens
-        result = self._finish(stats, state, started, tokens_after, status, why)
-        state.turns_since = 0
-        return result
+        return await self._finish(session_id, stats, started, tokens_after, status, why)
 
-    def _finish(
+    async def _finish(
         self,
+        session_id: str,
         stats: dict[str, Any],
-        state: SessionState,
         started: float,
         tokens_after: int,
         status: str,
         why: str,
     ) -> dict[str, Any]:
+        """Report a run that changed the history; the per-turn counters are read again from the
+        store, so its own marker and concurrent appends are counted exactly once."""
+        assert self.memory is not None
         stats["tokens_after"] = tokens_after
         stats["duration_s"] = round(time.monotonic() - started, 4)
-        state.active = max(
-            0,
-            state.active - stats.get("messages_summarized", 0) - stats.get("messages_archived", 0),
-        )
+        self._refresh_state(await self.memory.snapshot(session_id))
         return {"status": status, "reason": why, "stats": stats}
 
     # -- public API ----------------------------------------------------------------------------

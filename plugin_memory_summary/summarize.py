@@ -140,7 +140,8 @@ async def _llm_merge(
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        raise SummarizerError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        raise SummarizerError(f"{type(exc).__name__}: {first_line[:120]}") from None
     outcome.cost += completion.cost or 0.0
     outcome.input_tokens += completion.usage.prompt_tokens
     if completion.finish_reason == "length":
@@ -205,8 +206,15 @@ async def summarize_batches(
             )
             try:
                 merged = await _llm_merge(
-                    payload, clean, llm=llm, model=model, config=config, budget=budget,
-                    lang=lang, timeout=timeout, outcome=outcome,
+                    payload,
+                    clean,
+                    llm=llm,
+                    model=model,
+                    config=config,
+                    budget=budget,
+                    lang=lang,
+                    timeout=timeout,
+                    outcome=outcome,
                 )
             except SummarizerError as exc:
                 log.warning("summarizer failed (%s); fallback: %s", exc, config.fallback)

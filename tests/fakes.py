@@ -51,7 +51,15 @@ class ScriptedLLM:
         tools: list[dict[str, Any]] | None = None,
     ) -> Completion:
         sent = [m.to_openai() if isinstance(m, Message) else dict(m) for m in messages]
-        self.calls.append({"messages": sent, "model": model, "max_tokens": max_tokens, "temperature": temperature, "tools": tools})
+        self.calls.append(
+            {
+                "messages": sent,
+                "model": model,
+                "max_tokens": max_tokens,
+                "temperature": temperature,
+                "tools": tools,
+            }
+        )
         if self.delay:
             await asyncio.sleep(self.delay)
         reply = self.queue.popleft() if self.queue else self.default
@@ -64,7 +72,15 @@ class ScriptedLLM:
         if isinstance(reply, Completion):
             return reply
         text = "ok" if reply is None else str(reply)
-        return Completion(text=text, finish_reason="stop", usage=LLMUsage(prompt_tokens=self.count_tokens(sent), completion_tokens=simple_count(text)), model=model or "", cost=0.0001)
+        return Completion(
+            text=text,
+            finish_reason="stop",
+            usage=LLMUsage(
+                prompt_tokens=self.count_tokens(sent), completion_tokens=simple_count(text)
+            ),
+            model=model or "",
+            cost=0.0001,
+        )
 
     async def stream(self, messages: Sequence[Any], **kwargs: Any) -> Any:
         completion = await self.complete(messages, **kwargs)

@@ -20,20 +20,28 @@ from plugin_memory_summary import MemorySummaryPlugin
 
 
 def counter(message: Message) -> int:
-    return 4 + simple_count(json.dumps(message.content, ensure_ascii=False)) + (
-        simple_count(json.dumps([c.model_dump() for c in message.tool_calls])) if message.tool_calls else 0
+    return (
+        4
+        + simple_count(json.dumps(message.content, ensure_ascii=False))
+        + (
+            simple_count(json.dumps([c.model_dump() for c in message.tool_calls]))
+            if message.tool_calls
+            else 0
+        )
     )
 
 
 def json_summary(sent: list[dict[str, Any]]) -> str:
     """A summarizer that answers valid JSON naming how much transcript it saw."""
     transcript = sent[-1]["content"]
-    return json.dumps({
-        "summary": f"Summary of {transcript.count(chr(10))} transcript lines.",
-        "conversation_goal": "test goal",
-        "stable_facts": ["fact A"],
-        "identifiers": ["ORDER-12345"],
-    })
+    return json.dumps(
+        {
+            "summary": f"Summary of {transcript.count(chr(10))} transcript lines.",
+            "conversation_goal": "test goal",
+            "stable_facts": ["fact A"],
+            "identifiers": ["ORDER-12345"],
+        }
+    )
 
 
 @dataclass
@@ -50,18 +58,28 @@ class Harness:
 
     def finals(self, request_id: str | None = None) -> list[dict[str, Any]]:
         return [
-            s for s in self.statuses
-            if s["status"] in ("done", "error", "skipped") and (request_id is None or s["request_id"] == request_id)
+            s
+            for s in self.statuses
+            if s["status"] in ("done", "error", "skipped")
+            and (request_id is None or s["request_id"] == request_id)
         ]
 
-    async def turns(self, session: str, n: int, start: int = 0, pad: int = 0, **kwargs: Any) -> list[Any]:
+    async def turns(
+        self, session: str, n: int, start: int = 0, pad: int = 0, **kwargs: Any
+    ) -> list[Any]:
         """``n`` replayed turns; ``pad`` adds that many characters to each message."""
         out = []
         for i in range(start, start + n):
-            out.append(await self.host.run_turn(
-                session, f"user message {i}" + " lorem" * (pad // 6),
-                recorded=[Message(role="assistant", content=f"reply {i}" + " ipsum" * (pad // 6))], **kwargs
-            ))
+            out.append(
+                await self.host.run_turn(
+                    session,
+                    f"user message {i}" + " lorem" * (pad // 6),
+                    recorded=[
+                        Message(role="assistant", content=f"reply {i}" + " ipsum" * (pad // 6))
+                    ],
+                    **kwargs,
+                )
+            )
         return out
 
 
@@ -73,13 +91,17 @@ async def make_harness(
     host: dict[str, Any] | None = None,
     memory: Any = None,
 ) -> Harness:
-    config = HostConfig.model_validate({
-        "host": {"model": "fake/chat", "reserve_for_reply": 0, **(host or {})},
-        "plugin": {"memory-summary": plugin_config or {}},
-    })
+    config = HostConfig.model_validate(
+        {
+            "host": {"model": "fake/chat", "reserve_for_reply": 0, **(host or {})},
+            "plugin": {"memory-summary": plugin_config or {}},
+        }
+    )
     llm = llm or ScriptedLLM(default=json_summary)
     if memory is None:
-        memory = SQLiteMemory(db, token_counter=counter) if db else InMemoryMemory(token_counter=counter)
+        memory = (
+            SQLiteMemory(db, token_counter=counter) if db else InMemoryMemory(token_counter=counter)
+        )
     h = Host(config, memory=memory, llm=llm)
     harness = Harness(h, llm)
 

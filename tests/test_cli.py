@@ -37,12 +37,14 @@ def conversation(tmp_path: Path) -> Path:
 def config(tmp_path: Path) -> Path:
     path = tmp_path / "host.toml"
     path.write_text(
-        '[host]\ncontext_window = 8000\n\n[plugin.memory-summary]\nthreshold = 10\nkeep_recent = 4\ndebounce_turns = 1\n'
+        "[host]\ncontext_window = 8000\n\n[plugin.memory-summary]\nthreshold = 10\nkeep_recent = 4\ndebounce_turns = 1\n"
     )
     return path
 
 
-def test_replay_then_inspect(conversation: Path, config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_replay_then_inspect(
+    conversation: Path, config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = str(tmp_path / "m.db")
     code, out, err = run(["replay", str(conversation), "--db", db, "--config", str(config)], capsys)
     assert code == 0, err
@@ -91,12 +93,16 @@ def test_bad_transcript_is_one_line_without_traceback(
 def test_bad_config_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "host.toml"
     config.write_text("[plugin.memory-summary]\nthreshhold = 3\n")
-    code, _, err = run(["sessions", "--config", str(config), "--db", str(tmp_path / "m.db")], capsys)
+    code, _, err = run(
+        ["sessions", "--config", str(config), "--db", str(tmp_path / "m.db")], capsys
+    )
     assert code == 2 and "host.toml: plugin.memory-summary.threshhold: unknown key" in err
     assert len(err.strip().splitlines()) == 1
 
 
-def test_replay_keeps_what_is_stored_when_the_next_file_is_bad(conversation: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_replay_keeps_what_is_stored_when_the_next_file_is_bad(
+    conversation: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = str(tmp_path / "m.db")
     assert run(["replay", str(conversation), "--db", db], capsys)[0] == 0
     bad = tmp_path / "trip2.jsonl"
@@ -110,9 +116,21 @@ def test_installed_script_and_chat_against_a_local_server(tmp_path: Path) -> Non
     with FakeOpenAIServer(default_reply="Hello from the fake model.") as server:
         env = {**os.environ, "OPENAI_API_KEY": "sk-test"}
         proc = subprocess.run(
-            [str(SCRIPT), "chat", "--model", "openai/fake-model", "--api-base", server.base_url,
-             "--db", str(tmp_path / "chat.db")],
-            input="hi there\n/summary\n/quit\n", capture_output=True, text=True, env=env, timeout=120,
+            [
+                str(SCRIPT),
+                "chat",
+                "--model",
+                "openai/fake-model",
+                "--api-base",
+                server.base_url,
+                "--db",
+                str(tmp_path / "chat.db"),
+            ],
+            input="hi there\n/summary\n/quit\n",
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
         )
         assert proc.returncode == 0, proc.stderr
         assert "Hello from the fake model." in proc.stdout and "(no summary yet)" in proc.stdout
@@ -121,6 +139,8 @@ def test_installed_script_and_chat_against_a_local_server(tmp_path: Path) -> Non
         assert body["messages"][-1] == {"role": "user", "content": "hi there"}
 
 
-def test_chat_without_model_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_chat_without_model_is_a_user_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, _, err = run(["chat", "--db", str(tmp_path / "m.db")], capsys)
     assert code == 2 and "chat needs a model" in err

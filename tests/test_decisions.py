@@ -11,20 +11,26 @@ from plugin_memory_summary.decisions import (
     cut_point,
     gain_estimate,
     hard_triggered,
+    plan_watermark,
     soft_triggered,
     split_batches,
     summary_budget,
     turn_triggered,
-    watermark_keep_tokens,
 )
 
 
 def seq(messages: list[Message], tokens: int = 10) -> list[Message]:
-    return [m.model_copy(update={"seq": i + 1, "tokens": m.tokens or tokens}) for i, m in enumerate(messages)]
+    return [
+        m.model_copy(update={"seq": i + 1, "tokens": m.tokens or tokens})
+        for i, m in enumerate(messages)
+    ]
 
 
 def call(*ids: str) -> Message:
-    return Message(role="assistant", tool_calls=[ToolCall(id=i, function=ToolCallFunction(name="f")) for i in ids])
+    return Message(
+        role="assistant",
+        tool_calls=[ToolCall(id=i, function=ToolCallFunction(name="f")) for i in ids],
+    )
 
 
 def result(cid: str) -> Message:
@@ -51,8 +57,16 @@ def test_cut_moves_earlier_to_keep_parallel_tool_group_whole() -> None:
 
 
 def test_cut_ignores_system_messages_and_markers() -> None:
-    msgs = seq([Message(role="system", content="policy"), user(), user(),
-                Message(role="system", kind="event-marker", content="[m]"), user(), user()])
+    msgs = seq(
+        [
+            Message(role="system", content="policy"),
+            user(),
+            user(),
+            Message(role="system", kind="event-marker", content="[m]"),
+            user(),
+            user(),
+        ]
+    )
     cut = cut_point(msgs, keep_recent=2)
     assert cut is not None
     assert [m.seq for m in cut.messages] == [2, 3] and [m.seq for m in cut.kept] == [5, 6]
@@ -99,7 +113,9 @@ def build(kinds: list[str]) -> list[Message]:
 
 @settings(max_examples=200, deadline=None)
 @given(messages_strategy, st.integers(1, 12), st.one_of(st.none(), st.integers(1, 60)))
-def test_cut_never_splits_a_tool_group(kinds: list[str], keep: int, keep_tokens: int | None) -> None:
+def test_cut_never_splits_a_tool_group(
+    kinds: list[str], keep: int, keep_tokens: int | None
+) -> None:
     msgs = build(kinds)
     cut = cut_point(msgs, keep, keep_tokens)
     if cut is None:
@@ -107,13 +123,17 @@ def test_cut_never_splits_a_tool_group(kinds: list[str], keep: int, keep_tokens:
     conv = conversation_messages(msgs)
     for start, end, _ in tool_groups(conv):
         seqs = [m.seq or 0 for m in conv[start:end]]
-        assert all(s <= cut.covered_up_to_seq for s in seqs) or all(s > cut.covered_up_to_seq for s in seqs)
+        assert all(s <= cut.covered_up_to_seq for s in seqs) or all(
+            s > cut.covered_up_to_seq for s in seqs
+        )
     assert cut.kept and cut.messages
 
 
 @settings(max_examples=200, deadline=None)
 @given(messages_strategy, st.integers(1, 40))
-def test_batches_cover_in_order_and_never_end_inside_a_group(kinds: list[str], batch_tokens: int) -> None:
+def test_batches_cover_in_order_and_never_end_inside_a_group(
+    kinds: list[str], batch_tokens: int
+) -> None:
     conv = conversation_messages(build(kinds))
     batches = split_batches(conv, batch_tokens)
     assert [m.seq for b in batches for m in b] == [m.seq for m in conv]
@@ -142,12 +162,55 @@ def test_triggers() -> None:
     assert not soft_triggered(0.9, 0.7, dry_run=True, rebuilt=False)
     assert not soft_triggered(0.9, 0.7, dry_run=False, rebuilt=True)
     assert hard_triggered(0.95, 0.9, dry_run=False)
-    assert not hard_triggered(0.99, 0.0, dry_run=False) and not hard_triggered(2.0, 1.0, dry_run=False)
+    assert not hard_triggered(0.99, 0.0, dry_run=False) and not hard_triggered(
+        2.0, 1.0, dry_run=False
+    )
 
 
-def test_watermark_keep_and_gain() -> None:
-    assert watermark_keep_tokens(context_window=10_000, mark=0.9, fixed_tokens=2000, summary_budget_tokens=512) == 6488
-    assert watermark_keep_tokens(context_window=1000, mark=0.5, fixed_tokens=900, summary_budget_tokens=512) == 0
-    assert gain_estimate(archived_tokens=3000, summary_tokens_now=0, summary_budget_tokens=500, context_window=10_000) == 0.25
+def test_watermark_plan_aims_below_the_mark_or_reports_it_cannot() -> None:
+    plan = plan_watermark(
+        context_window=10_000,
+        mark=0.9,
+        min_gain=0.2,
+        fixed_tokens=2000,
+        summary_budget_tokens=512,
+        newest_tokens=100,
+    )
+    assert plan.blocked is None and plan.keep_tokens == 7000 - 2000 - 512
+    tight = plan_watermark(
+        context_window=10_000,
+        mark=0.9,
+        min_gain=0.2,
+        fixed_tokens=6400,
+        summary_budget_tokens=512,
+        newest_tokens=300,
+    )
+    assert tight.blocked is None and tight.keep_tokens == 300  # always the newest message
+    blocked = plan_watermark(
+        context_window=4000,
+        mark=0.7,
+        min_gain=0.2,
+        fixed_tokens=2500,
+        summary_budget_tokens=512,
+        newest_tokens=100,
+    )
+    assert blocked.keep_tokens is None and blocked.blocked is not None and "2500" in blocked.blocked
+    assert (
+        gain_estimate(
+            archived_tokens=3000,
+            summary_tokens_now=0,
+            summary_budget_tokens=500,
+            context_window=10_000,
+        )
+        == 0.25
+    )
     # A small archive cannot grow the summary by more than it takes in: no negative gain.
-    assert gain_estimate(archived_tokens=100, summary_tokens_now=0, summary_budget_tokens=500, context_window=10_000) == 0.0
+    assert (
+        gain_estimate(
+            archived_tokens=100,
+            summary_tokens_now=0,
+            summary_budget_tokens=500,
+            context_window=10_000,
+        )
+        == 0.0
+    )

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import ScriptedLLM
+from fakes import ScriptedLLM, simple_count
 
 from host_stub import signals
 from host_stub.bus import EventBus, UnknownSignalError
@@ -22,8 +22,6 @@ from host_stub.messages import Message, ToolCall, ToolCallFunction
 from host_stub.prompt import assemble_prompt, sanitize_tool_pairs
 from host_stub.services import Completion
 from host_stub.tools import ToolRegistry
-
-from fakes import simple_count
 
 NO_ENTRY_POINTS = HostConfig.model_validate({"plugins": {"allow": []}})
 
@@ -61,8 +59,15 @@ class Recorder:
 
 
 def make_host(*plugins: tuple[str, Any], llm: ScriptedLLM | None = None, **host: Any) -> Host:
-    config = HostConfig.model_validate({"plugins": {"allow": []}, "host": {"model": "fake/chat", **host}})
-    return Host(config, memory=InMemoryMemory(token_counter=lambda m: simple_count(str(m.content))), llm=llm or ScriptedLLM(), plugins=list(plugins))
+    config = HostConfig.model_validate(
+        {"plugins": {"allow": []}, "host": {"model": "fake/chat", **host}}
+    )
+    return Host(
+        config,
+        memory=InMemoryMemory(token_counter=lambda m: simple_count(str(m.content))),
+        llm=llm or ScriptedLLM(),
+        plugins=list(plugins),
+    )
 
 
 def test_entry_point_lists_the_plugin() -> None:
@@ -72,8 +77,16 @@ def test_entry_point_lists_the_plugin() -> None:
 
 def test_import_does_not_import_litellm() -> None:
     out = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import host_stub, host_stub.host, plugin_memory_summary"],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-c",
+            "import host_stub, host_stub.host, plugin_memory_summary",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert "litellm" not in out.stderr
     assert "plugin_memory_summary" in out.stderr
@@ -91,7 +104,9 @@ async def test_plugin_receives_every_signal_with_its_payload() -> None:
         await host.request_compression("s1")
         await host.clear("s1")
         await host.bus.send(signals.MEMORY_MESSAGES_DELETED, session_id="s1", seqs=[1])
-        await host.bus.send(signals.SESSION_COMPRESSING, request_id="r", session_id="s1", status="done")
+        await host.bus.send(
+            signals.SESSION_COMPRESSING, request_id="r", session_id="s1", status="done"
+        )
     finally:
         await host.stop()
     seen = dict(recorder.events)
@@ -102,7 +117,11 @@ async def test_plugin_receives_every_signal_with_its_payload() -> None:
     assert usage["used"] == sum(usage["breakdown"].model_dump().values())
     assert usage["breakdown"].system > 0 and usage["breakdown"].history > 0
     turn = seen[signals.AGENT_TURN_AFTER]
-    assert turn["outcome"] == "replied" and turn["reply"].content == "hello there" and turn["message"].seq == 1
+    assert (
+        turn["outcome"] == "replied"
+        and turn["reply"].content == "hello there"
+        and turn["message"].seq == 1
+    )
     # The knowledge contribution is placed once, after the static system prompt.
     sent = llm.calls[0]["messages"]
     assert [m["content"] for m in sent[:2]] == ["You are a helpful assistant.", "KB"]
@@ -121,7 +140,11 @@ async def test_misspelt_hookimpl_is_refused_at_start() -> None:
 
 async def test_two_hosts_do_not_share_plugin_instances(tmp_path: Path) -> None:
     hosts = [
-        Host(HostConfig(), memory=InMemoryMemory(token_counter=lambda m: 1), llm=ScriptedLLM(default_model=None))
+        Host(
+            HostConfig(),
+            memory=InMemoryMemory(token_counter=lambda m: 1),
+            llm=ScriptedLLM(default_model=None),
+        )
         for _ in range(2)
     ]
     for h in hosts:
@@ -134,7 +157,9 @@ async def test_two_hosts_do_not_share_plugin_instances(tmp_path: Path) -> None:
             await h.stop()
 
 
-async def test_bus_isolates_failing_receivers_and_refuses_unknown_names(caplog: pytest.LogCaptureFixture) -> None:
+async def test_bus_isolates_failing_receivers_and_refuses_unknown_names(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     bus = EventBus()
     got: list[str] = []
 
@@ -148,7 +173,9 @@ async def test_bus_isolates_failing_receivers_and_refuses_unknown_names(caplog: 
     bus.connect(signals.SESSION_COMPRESS, boom)
     bus.connect(signals.SESSION_COMPRESS, sync_receiver)
     with caplog.at_level(logging.ERROR):
-        results = await bus.send(signals.SESSION_COMPRESS, request_id="r1", session_id="s", reason="manual")
+        results = await bus.send(
+            signals.SESSION_COMPRESS, request_id="r1", session_id="s", reason="manual"
+        )
     assert got == ["s"] and "sync" in results
     assert "receiver bug" in caplog.text
     with pytest.raises(UnknownSignalError):
@@ -167,22 +194,41 @@ async def test_bus_isolates_failing_receivers_and_refuses_unknown_names(caplog: 
     [
         ("[host\nmodel=1", "invalid TOML"),
         ("[host]\nmodle = 'x'", "host.modle: unknown key"),
-        ("[host]\nreserve_for_reply = 'many'", "host.reserve_for_reply: Input should be a valid integer"),
-        ("[host]\nreserve_for_reply = -1", "host.reserve_for_reply: Input should be greater than or equal to 0"),
+        (
+            "[host]\nreserve_for_reply = 'many'",
+            "host.reserve_for_reply: Input should be a valid integer",
+        ),
+        (
+            "[host]\nreserve_for_reply = -1",
+            "host.reserve_for_reply: Input should be greater than or equal to 0",
+        ),
         ("[plugins]\nallow = ['nope']", "plugins.allow: not installed: nope"),
         ("[plugin.memory-summary]\nthresold = 10", "plugin.memory-summary.thresold: unknown key"),
-        ("[plugin.memory-summary]\nthreshold = 'ten'", "plugin.memory-summary.threshold: Input should be a valid integer"),
-        ("[plugin.memory-summary]\nkeep_recent = 40", "keep_recent (40) must be smaller than threshold (30)"),
-        ("[plugin.memory-summary]\nauto_compress_threshold = 1.5", "plugin.memory-summary.auto_compress_threshold: Input should be less than or equal to 1"),
+        (
+            "[plugin.memory-summary]\nthreshold = 'ten'",
+            "plugin.memory-summary.threshold: Input should be a valid integer",
+        ),
+        (
+            "[plugin.memory-summary]\nkeep_recent = 40",
+            "keep_recent (40) must be smaller than threshold (30)",
+        ),
+        (
+            "[plugin.memory-summary]\nauto_compress_threshold = 1.5",
+            "plugin.memory-summary.auto_compress_threshold: Input should be less than or equal to 1",
+        ),
         ("[plugin.nope]\nx = 1", "plugin.nope: no such plugin loaded"),
     ],
 )
-async def test_bad_config_fails_at_start_with_file_and_key(tmp_path: Path, text: str, expected: str) -> None:
+async def test_bad_config_fails_at_start_with_file_and_key(
+    tmp_path: Path, text: str, expected: str
+) -> None:
     path = tmp_path / "host.toml"
     path.write_text(text)
     with pytest.raises(ConfigError) as info:
         config = load_host_config(path)
-        await Host(config, memory=InMemoryMemory(token_counter=lambda m: 1), llm=ScriptedLLM()).start()
+        await Host(
+            config, memory=InMemoryMemory(token_counter=lambda m: 1), llm=ScriptedLLM()
+        ).start()
     message = str(info.value)
     assert "\n" not in message and expected in message
     assert str(path) in message or "plugins.allow" in message
@@ -191,7 +237,9 @@ async def test_bad_config_fails_at_start_with_file_and_key(tmp_path: Path, text:
 async def test_host_config_overrides_plugin_defaults(tmp_path: Path) -> None:
     path = tmp_path / "host.toml"
     path.write_text("[plugin.memory-summary]\nthreshold = 12\nkeep_recent = 4\n")
-    host = Host(load_host_config(path), memory=InMemoryMemory(token_counter=lambda m: 1), llm=ScriptedLLM())
+    host = Host(
+        load_host_config(path), memory=InMemoryMemory(token_counter=lambda m: 1), llm=ScriptedLLM()
+    )
     await host.start()
     try:
         config = host.get_plugin("memory-summary").config
@@ -201,8 +249,12 @@ async def test_host_config_overrides_plugin_defaults(tmp_path: Path) -> None:
 
 
 def test_assemble_prompt_places_anchors_and_merges_on_request() -> None:
-    history = [Message(role="user", content="q1"), Message(role="assistant", content="a1"), Message(role="user", content="q2"),
-               Message(role="system", kind="event-marker", content="[marker]")]
+    history = [
+        Message(role="user", content="q1"),
+        Message(role="assistant", content="a1"),
+        Message(role="user", content="q2"),
+        Message(role="system", kind="event-marker", content="[marker]"),
+    ]
     contributions = [
         Contribution(id="hint", anchor="turn-hint", content="HINT"),
         Contribution(id="sum", anchor="context", content="SUMMARY"),
@@ -210,7 +262,16 @@ def test_assemble_prompt_places_anchors_and_merges_on_request() -> None:
         Contribution(id="tc", anchor="turn-context", content="TC"),
     ]
     out = assemble_prompt("STATIC", contributions, history)
-    assert [m["content"] for m in out] == ["ID", "STATIC", "SUMMARY", "q1", "a1", "TC", "q2", "HINT"]
+    assert [m["content"] for m in out] == [
+        "ID",
+        "STATIC",
+        "SUMMARY",
+        "q1",
+        "a1",
+        "TC",
+        "q2",
+        "HINT",
+    ]
     merged = assemble_prompt("STATIC", contributions, history, merge_system_messages=True)
     assert merged[0] == {"role": "system", "content": "ID\n\nSTATIC\n\nSUMMARY"}
     assert [m["role"] for m in merged[1:3]] == ["user", "assistant"]
@@ -228,7 +289,9 @@ def test_sanitize_drops_orphans_and_pairs_positionally() -> None:
         Message(role="assistant", content="partial", tool_calls=[_call("c2"), _call("c3")]),
         Message(role="tool", tool_call_id="c2", content="r2"),
         Message(role="user", content="u"),
-        Message(role="assistant", tool_calls=[_call("c1")]),  # id reused later: pairs with the next result
+        Message(
+            role="assistant", tool_calls=[_call("c1")]
+        ),  # id reused later: pairs with the next result
         Message(role="tool", tool_call_id="c1", content="r1b"),
     ]
     out, changed = sanitize_tool_pairs(msgs)
@@ -239,10 +302,24 @@ def test_sanitize_drops_orphans_and_pairs_positionally() -> None:
 async def test_tool_loop_emits_usage_before_every_model_call() -> None:
     recorder = Recorder()
     tools = ToolRegistry()
-    tools.register("add", lambda a, b: a + b, "add numbers", {"type": "object", "properties": {"a": {}, "b": {}}})
+    tools.register(
+        "add",
+        lambda a, b: a + b,
+        "add numbers",
+        {"type": "object", "properties": {"a": {}, "b": {}}},
+    )
     llm = ScriptedLLM()
     llm.enqueue(
-        Completion(text="", tool_calls=[{"id": "t1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}]),
+        Completion(
+            text="",
+            tool_calls=[
+                {
+                    "id": "t1",
+                    "type": "function",
+                    "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'},
+                }
+            ],
+        ),
         "the sum is 5",
     )
     host = make_host(("recorder", recorder), llm=llm)
@@ -252,7 +329,11 @@ async def test_tool_loop_emits_usage_before_every_model_call() -> None:
         result = await host.run_turn("s", "add 2 and 3")
     finally:
         await host.stop()
-    assert result.outcome == "replied" and result.reply is not None and result.reply.content == "the sum is 5"
+    assert (
+        result.outcome == "replied"
+        and result.reply is not None
+        and result.reply.content == "the sum is 5"
+    )
     assert [m.role for m in result.messages] == ["user", "assistant", "tool", "assistant"]
     assert result.messages[2].content == "5"
     usage = [p for n, p in recorder.events if n == signals.TOKEN_USAGE]
@@ -274,7 +355,13 @@ async def test_history_change_in_before_model_call_rebuilds_once() -> None:
         async def before_model_call(self, view: PromptView) -> None:
             if len(view.messages) > 2:
                 last = view.messages[-2].seq or 0
-                await self.memory.commit_compression(view.session_id, {"text": "S"}, 0 if view.summary is None else view.summary.version, last, epoch=view.epoch)
+                await self.memory.commit_compression(
+                    view.session_id,
+                    {"text": "S"},
+                    0 if view.summary is None else view.summary.version,
+                    last,
+                    epoch=view.epoch,
+                )
 
     recorder = Recorder()
     llm = ScriptedLLM(default="fine")

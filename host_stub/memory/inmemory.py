@@ -27,9 +27,9 @@ from ._common import (
     body_of,
     check_limit,
     check_ttl,
+    is_core,
     message_from_row,
     new_lease_token,
-    is_core,
     select_trim,
     to_datetime,
     tokens_of,
@@ -319,7 +319,7 @@ class InMemoryMemory:
 def _newest(messages: list[Message], limit: int | None) -> list[Message]:
     if limit is None:
         return messages
-    return messages[len(messages) - limit :] if limit else []
+    return messages[max(0, len(messages) - limit) :] if limit else []
 
 
 def _copies(messages: list[Message]) -> list[Message]:

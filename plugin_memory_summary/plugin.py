@@ -137,11 +137,15 @@ class MemorySummaryPlugin:
         state.context_window = view.context_window
         if self.config.strategy != "summary" or view.summary is None:
             return None
-        record = read_record(view.summary, view.epoch)
-        if record is None or record.stale or not record.text:
-            return None
-        block, _ = self._block(view.session_id, view.summary.version, record, view.context_window)
-        return Contribution(id=PLUGIN_NAME, anchor="context", content=block)
+        cached = self._blocks.get(
+            (view.session_id, view.summary.version, self._budget(view.context_window))
+        )
+        if cached is None:
+            record = read_record(view.summary, view.epoch)
+            if record is None or record.stale or not record.text:
+                return None
+            cached = self._block(view.session_id, view.summary.version, record, view.context_window)
+        return Contribution(id=PLUGIN_NAME, anchor="context", content=cached[0])
 
     @hookimpl
     async def before_model_call(self, view: PromptView) -> None:
@@ -384,12 +388,25 @@ class MemorySummaryPlugin:
         self, session_id: str, reason: str, deadline: float | None
     ) -> dict[str, Any]:
         task = self._running.get(session_id)
+        joined = task is not None and not task.done()
         if task is None or task.done():
             task = asyncio.ensure_future(self._run(session_id, reason, deadline))
             self._running[session_id] = task
             task.add_done_callback(lambda t, s=session_id: self._forget_task(s, t))
         try:
+            if joined and deadline is not None:
+                # A run started without our deadline may take a summarizer's full timeout: a
+                # blocking request waits for it only until its own deadline.
+                return await asyncio.wait_for(
+                    asyncio.shield(task), max(0.0, deadline - time.monotonic())
+                )
             return await asyncio.shield(task)
+        except TimeoutError:
+            return {
+                "status": "error",
+                "reason": "deadline passed while another compression of this session ran",
+                "stats": {},
+            }
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if task.cancelled() and not (current is not None and current.cancelling()):

@@ -892,3 +892,28 @@ async def test_summary_budget_follows_the_chat_window_and_caps() -> None:
         assert llm.calls[-1]["max_tokens"] == 1500
     finally:
         await h.host.stop()
+
+
+async def test_hard_request_joining_a_slow_run_waits_only_until_its_deadline() -> None:
+    gate = asyncio.Event()
+
+    async def slow(sent: list[dict[str, Any]]) -> str:
+        await gate.wait()
+        return json_summary(sent)
+
+    h = await make_harness({"threshold": 100, "keep_recent": 2}, llm=ScriptedLLM(default=slow))
+    try:
+        await h.turns("s", 4)
+        background = asyncio.ensure_future(h.plugin.compress("s"))
+        while not h.plugin._running:
+            await asyncio.sleep(0.01)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        result = await h.plugin.request("s", "hard", deadline_s=0.3)
+        assert loop.time() - started < 1.0
+        assert result["status"] == "error" and "deadline passed" in result["reason"]
+        gate.set()
+        assert (await background)["status"] == "done"
+    finally:
+        gate.set()
+        await h.host.stop()

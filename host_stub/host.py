@@ -15,7 +15,7 @@ import pluggy
 
 from . import signals
 from .bus import EventBus, await_me_maybe
-from .config import HostConfig
+from .config import ConfigError, HostConfig
 from .hookspecs import Contribution, PromptView
 from .messages import Message, ToolCall, ToolCallFunction
 from .plugins import LoadedPlugin, check_services, get_plugin_manager, plugin_config
@@ -121,9 +121,10 @@ class Host:
         if self._memory is None:
             from .memory import open_memory
 
-            self._memory = await await_me_maybe(
-                open_memory(self.config.host.memory, self._count_message)
-            )
+            try:
+                self._memory = open_memory(self.config.host.memory, self._count_message)
+            except (ValueError, ModuleNotFoundError) as exc:
+                raise ConfigError(f"{self.config.source}: host.memory: {exc}") from None
         self.message_archive = MemoryMessageArchive(self.memory)
         self.pm = pm
         self.plugins = loaded

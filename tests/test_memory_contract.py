@@ -3,7 +3,13 @@
 A new backend joins by adding an entry to ``BACKENDS`` (its URL for a test; a server-backed one
 should skip when its server is not configured). Tests that need several connections on the same
 storage ask the ``stores`` factory for more handles. The SQLite-only tests at the end check the
-file format and the cross-process guarantees (seqs and leases with several OS processes).
+file format and the cross-process guarantees (seqs and leases with several OS processes); the
+PostgreSQL tests after them check the same guarantees on the server, plus its URL and error
+handling. PostgreSQL runs against ``MEMORY_SUMMARY_PG_URL`` (default: the local server's ``test``
+database), one fresh schema per test, dropped afterwards; with no server the PostgreSQL tests skip,
+except when ``CI=true``, where they fail. Redis likewise runs against ``MEMORY_SUMMARY_REDIS_URL``
+(default ``redis://127.0.0.1:6379/0``), one fresh key prefix per test, its keys deleted afterwards;
+the Redis tests at the very end check its cross-process guarantees, URLs, errors and scripts.
 """
 
 from __future__ import annotations
@@ -16,8 +22,13 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator, Callable
+import traceback
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NoReturn
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import pytest
 
@@ -50,13 +61,147 @@ def seqs_of(messages: list[Message]) -> list[int]:
     return [m.seq for m in messages]  # type: ignore[misc]
 
 
+# -- PostgreSQL test storage ------------------------------------------------------------------
+
+PG_URL = os.environ.get("MEMORY_SUMMARY_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+_pg_unavailable: list[str | None] = []  # the probe's verdict, once per test run
+
+
+def _unavailable(reason: str) -> NoReturn:
+    """Skip; but under CI=true a backend that cannot be tested fails the run."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and {reason}")
+    pytest.skip(reason)
+
+
+def _pg_probe() -> str | None:
+    """Why PostgreSQL cannot be tested, or ``None`` if it can."""
+    try:
+        import asyncpg
+    except ModuleNotFoundError:
+        return "asyncpg is not installed (pip install 'plugin-memory-summary[postgres]')"
+    from host_stub.memory.postgres import redact_url
+
+    async def connect() -> None:
+        conn = await asyncpg.connect(PG_URL, timeout=3)
+        await conn.close()
+
+    try:  # in a thread of its own: the caller may be inside a running event loop
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, connect()).result()
+    except Exception as exc:
+        return f"no PostgreSQL server at {redact_url(PG_URL)} (set MEMORY_SUMMARY_PG_URL): {exc}"
+    return None
+
+
+def pg_url() -> str:
+    """``PG_URL`` with a fresh schema of its own (created on first use); skips without a server."""
+    if not _pg_unavailable:
+        _pg_unavailable.append(_pg_probe())
+    if _pg_unavailable[0] is not None:
+        _unavailable(_pg_unavailable[0])
+    return f"{PG_URL}{'&' if '?' in PG_URL else '?'}schema=mst_{uuid.uuid4().hex[:16]}"
+
+
+async def pg_drop(url: str) -> None:
+    """Drop the schema a ``pg_url()`` names."""
+    import asyncpg
+
+    [schema] = parse_qs(urlsplit(url).query)["schema"]
+    conn = await asyncpg.connect(PG_URL, timeout=5)
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def pg() -> AsyncIterator[str]:
+    """A PostgreSQL URL with a fresh schema, dropped after the test."""
+    url = pg_url()
+    yield url
+    await pg_drop(url)
+
+
+# -- Redis test storage -----------------------------------------------------------------------
+
+REDIS_URL = os.environ.get("MEMORY_SUMMARY_REDIS_URL", "redis://127.0.0.1:6379/0")
+_redis_unavailable: list[str | None] = []  # the probe's verdict, once per test run
+
+
+def _redis_probe() -> str | None:
+    """Why Redis cannot be tested, or ``None`` if it can."""
+    try:
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+    except ModuleNotFoundError:
+        return "redis-py is not installed (pip install 'plugin-memory-summary[redis]')"
+    from host_stub.memory.redis import redact_url
+
+    try:
+        client = redis.Redis.from_url(
+            REDIS_URL, socket_connect_timeout=3, socket_timeout=3, retry=Retry(NoBackoff(), 0)
+        )
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except Exception as exc:
+        where = redact_url(REDIS_URL)
+        return f"no Redis server at {where} (set MEMORY_SUMMARY_REDIS_URL): {exc}"
+    return None
+
+
+def redis_url() -> str:
+    """``REDIS_URL`` with a fresh key prefix of its own; skips without a server."""
+    if not _redis_unavailable:
+        _redis_unavailable.append(_redis_probe())
+    if _redis_unavailable[0] is not None:
+        _unavailable(_redis_unavailable[0])
+    return f"{REDIS_URL}{'&' if '?' in REDIS_URL else '?'}prefix=mst-{uuid.uuid4().hex[:16]}:"
+
+
+def redis_drop_now(url: str) -> None:
+    """Delete every key under the prefix a ``redis_url()`` names (found with SCAN)."""
+    import redis
+
+    prefix = parse_qs(urlsplit(url).query)["prefix"][-1]
+    client = redis.Redis.from_url(REDIS_URL, socket_timeout=5)
+    try:
+        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+        for start in range(0, len(keys), 500):
+            client.unlink(*keys[start : start + 500])
+    finally:
+        client.close()
+
+
+async def redis_drop(url: str) -> None:
+    redis_drop_now(url)
+
+
+@pytest.fixture
+def rds() -> Iterator[str]:
+    """A Redis URL with a fresh key prefix, its keys deleted after the test."""
+    url = redis_url()
+    yield url
+    redis_drop_now(url)
+
+
 # -- backends ---------------------------------------------------------------------------------
 
-#: name -> (URL for a test directory, whether every open_memory call shares one storage only
-#: through the same object). Add "postgresql" / "redis" here, skipping when no server is set.
+#: name -> URL of a fresh, empty storage for one test (given the test's directory). A
+#: server-backed backend skips when its server is unreachable (fails when CI=true).
 BACKENDS: dict[str, Callable[[Path], str]] = {
     "memory": lambda tmp: "memory://",
     "sqlite": lambda tmp: f"sqlite:///{tmp / 'memory.db'}",
+    "postgres": lambda tmp: pg_url(),
+    "redis": lambda tmp: redis_url(),
+}
+#: name -> what removes a test's storage afterwards, given its URL.
+CLEANUP: dict[str, Callable[[str], Awaitable[None]]] = {
+    "postgres": pg_drop,
+    "redis": redis_drop,
 }
 #: Backends whose storage lives in the object itself: a "second handle" is the same object.
 IN_PROCESS = {"memory"}
@@ -78,8 +223,12 @@ async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         return store
 
     yield make
-    for store in opened:
-        await store.close()
+    try:
+        for store in opened:
+            await store.close()
+    finally:
+        if request.param in CLEANUP:
+            await CLEANUP[request.param](url)
 
 
 @pytest.fixture
@@ -738,9 +887,6 @@ async def test_open_memory_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         with pytest.raises(ValueError) as info:
             open_memory(bad, count_tokens)
         assert bad in str(info.value) and "\n" not in str(info.value)
-    for planned in ("postgresql://user@host/db", "redis://localhost:6379/0"):
-        with pytest.raises(NotImplementedError, match="not available yet"):
-            open_memory(planned, count_tokens)
 
 
 # -- SQLite specifics -------------------------------------------------------------------------
@@ -790,7 +936,7 @@ async def test_sqlite_refuses_newer_schema(tmp_path: Path) -> None:
         await store.close()
 
 
-# -- SQLite across OS processes ---------------------------------------------------------------
+# -- across OS processes (SQLite here, PostgreSQL below) ---------------------------------------
 
 _CHILD = textwrap.dedent(
     """
@@ -799,13 +945,13 @@ _CHILD = textwrap.dedent(
     from host_stub.memory import open_memory
     from host_stub.messages import Message
 
-    mode, db, work, me = sys.argv[1:5]
+    mode, url, work, me = sys.argv[1:5]
     work = Path(work)
 
     async def main():
-        store = open_memory("sqlite:///" + db, lambda m: 1)
+        store = open_memory(url, lambda m: 1)
         try:
-            await store.get_epoch("warm-up")  # open the file and create the schema
+            await store.get_epoch("warm-up")  # connect and create the schema
             (work / f"ready-{me}").touch()
             while not (work / "go").exists():
                 await asyncio.sleep(0.002)
@@ -836,18 +982,21 @@ _CHILD = textwrap.dedent(
 )
 
 
-def _run_children(tmp_path: Path, mode: str, count: int, arg: str) -> dict[str, list]:
-    """Start ``count`` processes on one database file, release them together, collect output."""
+def _run_children(
+    tmp_path: Path, mode: str, count: int, arg: str, url: str | None = None
+) -> dict[str, list]:
+    """Start ``count`` processes on one store (by default the SQLite file ``shared.db``),
+    release them together, collect output."""
     import json
 
-    db = tmp_path / "shared.db"
+    url = url or f"sqlite:///{tmp_path / 'shared.db'}"
     work = tmp_path / "work"
     work.mkdir()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _CHILD, mode, str(db), str(work), f"p{n}", arg],
+            [sys.executable, "-c", _CHILD, mode, url, str(work), f"p{n}", arg],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -874,33 +1023,22 @@ def _run_children(tmp_path: Path, mode: str, count: int, arg: str) -> dict[str, 
     return {f"p{n}": json.loads((work / f"out-p{n}.json").read_text()) for n in range(count)}
 
 
-@pytest.mark.slow
-def test_sqlite_appends_from_several_processes_are_gapless(tmp_path: Path) -> None:
-    per_process = 100
-    results = _run_children(tmp_path, "append", 2, str(per_process))
+def _assert_appends_gapless(
+    results: dict[str, list], per_process: int, history: list[Message]
+) -> None:
+    total = len(results) * per_process
     for seqs in results.values():
         assert len(seqs) == per_process
         assert seqs == sorted(seqs)  # each process's appends commit in its own order
     everything = sorted(seq for seqs in results.values() for seq in seqs)
-    assert everything == list(range(1, 2 * per_process + 1))
-
-    async def read() -> list[Message]:
-        store = SQLiteMemory(tmp_path / "shared.db", count_tokens)
-        try:
-            return await store.get_history("shared")
-        finally:
-            await store.close()
-
-    history = asyncio.run(read())
-    assert seqs_of(history) == list(range(1, 2 * per_process + 1))
+    assert everything == list(range(1, total + 1))
+    assert seqs_of(history) == list(range(1, total + 1))
     by_seq = {m.seq: m.content for m in history}
     for name, seqs in results.items():
         assert [by_seq[s] for s in seqs] == [f"{name}-{i}" for i in range(per_process)]
 
 
-@pytest.mark.slow
-def test_sqlite_lease_has_one_holder_across_processes(tmp_path: Path) -> None:
-    results = _run_children(tmp_path, "lease", 4, "1.5")
+def _assert_one_lease_holder(results: dict[str, list]) -> None:
     holds = sorted(
         (start, stop, name) for name, spans in results.items() for start, stop, _ in spans
     )
@@ -910,3 +1048,381 @@ def test_sqlite_lease_has_one_holder_across_processes(tmp_path: Path) -> None:
     assert len({name for _, _, name in holds}) >= 2, "the lease never changed hands"
     for (_, prev_stop, prev), (start, _, name) in zip(holds, holds[1:], strict=False):
         assert start >= prev_stop, f"{name} took the lease while {prev} held it"
+
+
+@pytest.mark.slow
+def test_sqlite_appends_from_several_processes_are_gapless(tmp_path: Path) -> None:
+    per_process = 100
+    results = _run_children(tmp_path, "append", 2, str(per_process))
+
+    async def read() -> list[Message]:
+        store = SQLiteMemory(tmp_path / "shared.db", count_tokens)
+        try:
+            return await store.get_history("shared")
+        finally:
+            await store.close()
+
+    _assert_appends_gapless(results, per_process, asyncio.run(read()))
+
+
+@pytest.mark.slow
+def test_sqlite_lease_has_one_holder_across_processes(tmp_path: Path) -> None:
+    _assert_one_lease_holder(_run_children(tmp_path, "lease", 4, "1.5"))
+
+
+# -- PostgreSQL specifics ---------------------------------------------------------------------
+
+
+def _pg_variant(path: str, password: str) -> str:
+    """``PG_URL`` with another database and a password."""
+    parts = urlsplit(PG_URL)
+    netloc = f"{parts.username or 'postgres'}:{password}@"
+    netloc += f"{parts.hostname or '127.0.0.1'}:{parts.port or 5432}"
+    return urlunsplit((parts.scheme, netloc, path, parts.query, ""))
+
+
+def _need_asyncpg() -> None:
+    """Skip without asyncpg (fail when CI=true)."""
+    try:
+        import asyncpg  # noqa: F401
+    except ModuleNotFoundError:
+        _unavailable("asyncpg is not installed (pip install 'plugin-memory-summary[postgres]')")
+
+
+@pytest.mark.slow
+async def test_postgres_appends_from_several_processes_are_gapless(
+    tmp_path: Path, pg: str
+) -> None:
+    per_process = 100
+    results = await asyncio.to_thread(_run_children, tmp_path, "append", 3, str(per_process), pg)
+    store = open_memory(pg, count_tokens)
+    try:
+        history = await store.get_history("shared")
+    finally:
+        await store.close()
+    _assert_appends_gapless(results, per_process, history)
+
+
+@pytest.mark.slow
+async def test_postgres_lease_has_one_holder_across_processes(tmp_path: Path, pg: str) -> None:
+    results = await asyncio.to_thread(_run_children, tmp_path, "lease", 3, "1.0", pg)
+    _assert_one_lease_holder(results)
+
+
+async def test_postgres_urls_choose_the_backend_without_connecting() -> None:
+    _need_asyncpg()
+    from host_stub.memory.postgres import PostgresMemory
+
+    for url in (
+        "postgresql://user:s3cret@db.invalid/app",
+        "postgres://db.invalid:6543/app",
+        "POSTGRESQL://user@db.invalid/app?schema=tenant_a&sslmode=disable",
+    ):
+        store = open_memory(url, count_tokens)
+        assert isinstance(store, PostgresMemory)
+        assert "s3cret" not in store.url and "s3cret" not in repr(store)
+        await store.close()  # nothing was opened
+    store = open_memory("postgresql://u@db.invalid/app?schema=tenant_a", count_tokens)
+    assert isinstance(store, PostgresMemory) and store.schema == "tenant_a"
+    await store.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        await store.get_epoch("s")
+
+    for bad in (
+        "postgresql://user:s3cret@db.invalid:notaport/app",
+        "postgresql://user:s3cret@db.invalid:99999/app",
+        "postgresql://user:s3cret@db.invalid/app?schema=",
+        "postgresql://user:s3cret@db.invalid/app#frag",
+    ):
+        with pytest.raises(ValueError) as info:
+            open_memory(bad, count_tokens)
+        message = str(info.value)
+        assert "s3cret" not in message and "\n" not in message
+        assert "postgresql://user:***@db.invalid" in message
+    with pytest.raises(ValueError, match="schema"):
+        PostgresMemory("postgresql://u@h/app?schema=a", count_tokens, schema="b")
+
+
+async def test_postgres_server_down_is_one_quick_connection_error() -> None:
+    _need_asyncpg()
+    url = "postgresql://someone:s3cret@127.0.0.1:1/test"
+    store = open_memory(url, count_tokens)
+    started = time.monotonic()
+    try:
+        with pytest.raises(ConnectionError) as info:
+            await store.append("s", [user("lost")])
+        assert time.monotonic() - started < 5
+        message = str(info.value)
+        assert message.startswith("postgresql://someone:***@127.0.0.1:1/test: cannot connect: ")
+        assert "\n" not in message
+        whole = "".join(traceback.format_exception(info.value))
+        assert "s3cret" not in whole
+        # Still unusable, still the same clear error, nothing half-open.
+        with pytest.raises(ConnectionError):
+            await store.get_epoch("s")
+    finally:
+        await store.close()
+
+
+async def test_postgres_wrong_database_names_it_and_hides_the_password(pg: str) -> None:
+    url = _pg_variant(path="/no_such_database_mst", password="s3cret")
+    store = open_memory(url, count_tokens)
+    try:
+        with pytest.raises(ConnectionError) as info:
+            await store.get_epoch("s")
+        message = str(info.value)
+        assert "no_such_database_mst" in message and ":***@" in message
+        assert "\n" not in message
+        assert "s3cret" not in "".join(traceback.format_exception(info.value))
+    finally:
+        await store.close()
+
+
+async def test_postgres_schema_migration_is_idempotent_when_stores_start_together(
+    pg: str,
+) -> None:
+    import asyncpg
+
+    from host_stub.memory.postgres import SCHEMA_VERSION as PG_SCHEMA_VERSION
+
+    stores = [open_memory(pg, count_tokens) for _ in range(4)]
+    try:
+        # All create the schema and its tables at once; one migrates, the others wait and find
+        # it done.
+        appended = await asyncio.gather(
+            *(store.append("s", [user(f"from {i}")]) for i, store in enumerate(stores))
+        )
+        assert sorted(m.seq for [m] in appended) == [1, 2, 3, 4]
+        again = open_memory(pg, count_tokens)  # a later start finds everything in place
+        try:
+            assert seqs_of(await again.get_history("s")) == [1, 2, 3, 4]
+        finally:
+            await again.close()
+    finally:
+        for store in stores:
+            await store.close()
+
+    [schema] = parse_qs(urlsplit(pg).query)["schema"]
+    conn = await asyncpg.connect(PG_URL, timeout=5)
+    try:
+        rows = await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = $1", schema)
+        tables = {r["tablename"] for r in rows}
+        assert tables == {"memory_schema_version", "sessions", "messages", "metadata", "leases"}
+        rows = await conn.fetch(f'SELECT version FROM "{schema}".memory_schema_version')
+        assert [r["version"] for r in rows] == [PG_SCHEMA_VERSION]
+        body = await conn.fetchval(f'SELECT body FROM "{schema}".messages LIMIT 1')
+        assert '"from ' in body  # JSON body
+        # A newer schema than the code knows is refused, not silently used.
+        await conn.execute(f'UPDATE "{schema}".memory_schema_version SET version = version + 1')
+    finally:
+        await conn.close()
+    future = open_memory(pg, count_tokens)
+    try:
+        with pytest.raises(RuntimeError, match="newer"):
+            await future.get_epoch("s")
+    finally:
+        await future.close()
+
+
+async def test_postgres_schemas_isolate_stores(pg: str) -> None:
+    other = pg_url()
+    one, two = open_memory(pg, count_tokens), open_memory(other, count_tokens)
+    try:
+        await one.append("s", [user("only in one")])
+        await one.save_metadata("summary", "s", {"x": 1})
+        assert await two.get_history("s") == []
+        assert await two.get_metadata("summary", "s") is None
+        assert await two.acquire_lease("L", 5) is not None
+        assert await one.acquire_lease("L", 5) is not None
+    finally:
+        await one.close()
+        await two.close()
+        await pg_drop(other)
+
+
+# -- Redis specifics --------------------------------------------------------------------------
+
+
+def _redis_backend():  # type: ignore[no-untyped-def]
+    """The Redis backend module (it needs redis-py)."""
+    try:
+        from host_stub.memory import redis as backend
+    except ModuleNotFoundError:
+        _unavailable("redis-py is not installed (pip install 'plugin-memory-summary[redis]')")
+    return backend
+
+
+@pytest.mark.slow
+def test_redis_appends_from_several_processes_are_gapless(tmp_path: Path, rds: str) -> None:
+    per_process = 100
+    results = _run_children(tmp_path, "append", 3, str(per_process), url=rds)
+
+    async def read() -> list[Message]:
+        store = open_memory(rds, count_tokens)
+        try:
+            return await store.get_history("shared")
+        finally:
+            await store.close()
+
+    _assert_appends_gapless(results, per_process, asyncio.run(read()))
+
+
+@pytest.mark.slow
+def test_redis_lease_has_one_holder_across_processes(tmp_path: Path, rds: str) -> None:
+    _assert_one_lease_holder(_run_children(tmp_path, "lease", 3, "1.0", url=rds))
+
+
+async def test_redis_keys_stay_under_the_prefix_and_forget_leaves_none(rds: str) -> None:
+    import redis.asyncio as aioredis
+
+    prefix = parse_qs(urlsplit(rds).query)["prefix"][-1]
+    other = redis_url()
+    one, two = open_memory(rds, count_tokens), open_memory(other, count_tokens)
+    admin = aioredis.Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        await fill(one, "s", 3)
+        await one.commit_compression("s", {"x": 1}, 0, 1, epoch=0)
+        lease = await one.acquire_lease("L", 5)
+        assert lease is not None
+        keys = {key async for key in admin.scan_iter(match=f"{prefix}*")}
+        assert keys == {
+            f"{prefix}{name}"
+            for name in ("s:s", "m:s", "a:s", "z:s", "x:s", "sessions", "md:summary", "mk:s")
+        } | {f"{prefix}lease:L"}
+        # Another prefix is another store.
+        assert await two.get_history("s") == []
+        assert await two.get_metadata("summary", "s") is None
+        assert await two.list_sessions() == []
+        assert await two.acquire_lease("L", 5) is not None
+
+        await one.forget("s")
+        assert await one.release_lease(lease)
+        assert [key async for key in admin.scan_iter(match=f"{prefix}*")] == []
+    finally:
+        await one.close()
+        await two.close()
+        await admin.aclose()
+        redis_drop_now(other)
+
+
+async def test_redis_scripts_survive_script_flush(rds: str) -> None:
+    import redis.asyncio as aioredis
+
+    store = open_memory(rds, count_tokens)
+    admin = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        await fill(store, "s", 4)
+        lease = await store.acquire_lease("L", 5)
+        assert lease is not None
+        await admin.script_flush()  # as after a server restart or failover
+        assert seqs_of(await fill(store, "s", 2, start=5)) == [5, 6]
+        await admin.script_flush()
+        assert await store.commit_compression("s", {"x": 1}, 0, 2, epoch=0)
+        await admin.script_flush()
+        assert await store.release_lease(lease)
+        await admin.script_flush()
+        results = await asyncio.gather(*(store.snapshot("s") for _ in range(5)))
+        for snap in results:
+            assert seqs_of(snap.messages) == [3, 4, 5, 6]
+            assert snap.record is not None and snap.record.version == 1
+    finally:
+        await store.close()
+        await admin.aclose()
+
+
+async def test_redis_errors_never_echo_the_password(rds: str) -> None:
+    host = urlsplit(REDIS_URL).netloc.rpartition("@")[2]
+    store = open_memory(f"redis://nobody:s3cret-pw%21@{host}/0", count_tokens)
+    try:
+        shown = store.url  # type: ignore[attr-defined]
+        assert "s3cret" not in repr(store) and "s3cret" not in shown
+        with pytest.raises(ConnectionError) as info:
+            await store.get_epoch("s")
+        text = "".join(traceback.format_exception(info.value))
+        assert "s3cret" not in text
+        assert "cannot connect: authentication failed" in str(info.value)
+        assert "nobody:***@" in str(info.value) and "\n" not in str(info.value)
+    finally:
+        await store.close()
+
+
+async def test_redis_server_down_is_one_quick_line() -> None:
+    _redis_backend()
+    url = "redis://:s3cret-pw@127.0.0.1:1/0"  # nothing listens on port 1
+    store = open_memory(url, count_tokens)
+    calls = {
+        "append": lambda: store.append("s", [user("x")]),
+        "get_history": lambda: store.get_history("s"),
+        "get_metadata": lambda: store.get_metadata("ns", "k"),
+        "acquire_lease": lambda: store.acquire_lease("L", 1),
+    }
+    try:
+        for name, call in calls.items():
+            start = time.monotonic()
+            with pytest.raises(ConnectionError) as info:
+                await call()
+            assert time.monotonic() - start < 2, name
+            text = str(info.value)
+            assert text.startswith("redis://:***@127.0.0.1:1/0: cannot connect: "), text
+            assert "\n" not in text and "s3cret" not in text
+    finally:
+        await store.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        await store.get_epoch("s")
+
+
+async def test_redis_silent_server_times_out() -> None:
+    """A server that accepts the connection but never answers fails after socket_timeout."""
+    import socket
+
+    _redis_backend()
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        store = open_memory(f"redis://127.0.0.1:{port}/0?socket_timeout=0.2", count_tokens)
+        try:
+            start = time.monotonic()
+            with pytest.raises(TimeoutError) as info:
+                await store.get_epoch("s")
+            assert time.monotonic() - start < 2
+            assert str(info.value).startswith(f"redis://127.0.0.1:{port}/0?socket_timeout=0.2: ")
+            assert "\n" not in str(info.value)
+        finally:
+            await store.close()
+
+
+async def test_redis_urls(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = _redis_backend()
+    url = "rediss://:pw@redis.example:6380/2?prefix=app:&socket_timeout=1.5"
+    store = open_memory(url, count_tokens)
+    try:  # nothing connects before the first call
+        assert isinstance(store, backend.RedisMemory)
+        assert store.prefix == "app:"
+        assert store.url == "rediss://:***@redis.example:6380/2?prefix=app:&socket_timeout=1.5"
+    finally:
+        await store.close()
+    plain = open_memory("redis://127.0.0.1", count_tokens)
+    assert isinstance(plain, backend.RedisMemory) and plain.prefix == "hs:"
+    await plain.close()
+
+    for bad in (
+        "redis://127.0.0.1:6379/zero",
+        "redis://:6379/0",
+        "redis://127.0.0.1:99999/0",
+        "redis://127.0.0.1:6379/0?bogus=1",
+        "redis://127.0.0.1:6379/0?prefix=",
+        "redis://127.0.0.1:6379/0?socket_timeout=soon",
+    ):
+        with pytest.raises(ValueError) as info:
+            open_memory(bad, count_tokens)
+        assert bad in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ValueError) as info:
+        open_memory("redis://:s3cret@127.0.0.1:port/0", count_tokens)
+    assert "s3cret" not in str(info.value) and "redis://:***@127.0.0.1:port/0" in str(info.value)
+
+    # Without redis-py the error says what to install.
+    monkeypatch.setitem(sys.modules, "redis", None)
+    monkeypatch.delitem(sys.modules, "host_stub.memory.redis", raising=False)
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'plugin-memory-summary\[redis\]'"):
+        open_memory("redis://127.0.0.1:6379/0", count_tokens)

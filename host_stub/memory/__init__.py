@@ -3,13 +3,19 @@
 - ``memory://``: :class:`InMemoryMemory`, gone with the process (tests, demos).
 - ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``: :class:`SQLiteMemory`, one
   file in WAL mode, safe for several processes on one machine.
-- ``postgresql://``, ``redis://``: reserved for the multi-machine backends (not available yet).
+- ``postgresql://user:password@host:5432/db`` (or ``postgres://``; ``?schema=name`` picks a
+  PostgreSQL schema): :class:`~host_stub.memory.postgres.PostgresMemory`, on asyncpg (install
+  ``plugin-memory-summary[postgres]``), for several host processes on several machines.
+- ``redis://[:password@]host:6379/0`` (or ``rediss://`` for TLS; ``?prefix=name:`` picks the key
+  prefix, default ``hs:``): :class:`~host_stub.memory.redis.RedisMemory`, on redis-py asyncio
+  (install ``plugin-memory-summary[redis]``), for several host processes on several machines.
 
 Plugins never import this package; they receive a :class:`~host_stub.services.MemoryService`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from urllib.parse import unquote
 
@@ -20,40 +26,54 @@ from .sqlite import SQLiteMemory
 
 __all__ = ["InMemoryMemory", "SQLiteMemory", "open_memory"]
 
-#: Schemes reserved for backends that are planned but not written yet.
-_PLANNED = {
-    "postgresql": "PostgreSQL",
-    "postgres": "PostgreSQL",
-    "redis": "Redis",
-    "rediss": "Redis",
-}
+SCHEMES = "memory://, sqlite:///, postgresql://, redis://"
+
+
+def _shown(url: str) -> str:
+    """The URL as errors show it: a password never appears."""
+    return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", url)
 
 
 def open_memory(url: str, token_counter: Callable[[Message], int]) -> MemoryService:
     """The memory backend for ``url``; ``token_counter`` counts a message once, at append.
 
     Nothing is opened yet: a backend connects (and creates its schema) on first use.
-    Raises ``ValueError`` for a URL no backend understands and ``NotImplementedError`` for a
-    planned backend that is not available yet.
+    Raises ``ValueError`` for a URL no backend understands.
     """
     scheme, sep, rest = url.partition("://")
     if not sep:
-        raise ValueError(f"memory URL {url!r} has no scheme (expected memory:// or sqlite:///)")
+        raise ValueError(f"memory URL {_shown(url)!r} has no scheme (expected one of {SCHEMES})")
     scheme = scheme.lower()
     if scheme == "memory":
         return InMemoryMemory(token_counter)
     if scheme == "sqlite":
         return SQLiteMemory(_sqlite_path(url, rest), token_counter)
-    # Multi-machine backends join here, e.g.:
-    #   if scheme in ("postgresql", "postgres"): return PostgresMemory(url, token_counter)
-    #   if scheme in ("redis", "rediss"): return RedisMemory(url, token_counter)
-    if scheme in _PLANNED:
-        raise NotImplementedError(
-            f"memory URL {url!r}: the {_PLANNED[scheme]} backend is not available yet "
-            "(use sqlite:/// or memory://)"
-        )
+    if scheme in ("postgresql", "postgres"):
+        try:
+            from .postgres import PostgresMemory
+        except ModuleNotFoundError as exc:
+            if exc.name != "asyncpg":
+                raise
+            raise ModuleNotFoundError(
+                "the PostgreSQL memory backend needs asyncpg: "
+                "pip install 'plugin-memory-summary[postgres]'",
+                name="asyncpg",
+            ) from None
+        return PostgresMemory(url, token_counter)
+    if scheme in ("redis", "rediss"):
+        try:
+            from .redis import RedisMemory
+        except ModuleNotFoundError as exc:
+            if exc.name is None or exc.name.partition(".")[0] != "redis":
+                raise
+            raise ModuleNotFoundError(
+                "the Redis memory backend needs redis-py: "
+                "pip install 'plugin-memory-summary[redis]'",
+                name="redis",
+            ) from None
+        return RedisMemory(url, token_counter)
     raise ValueError(
-        f"memory URL {url!r} has an unknown scheme {scheme!r} (expected memory:// or sqlite:///)"
+        f"memory URL {_shown(url)!r} has an unknown scheme {scheme!r} (expected one of {SCHEMES})"
     )
 
 

@@ -1,0 +1,838 @@
+"""PostgreSQL memory backend, on asyncpg: for several host processes on several machines.
+
+Same semantics as :class:`~host_stub.memory.sqlite.SQLiteMemory`; what differs is how they are
+kept when many connections write at once:
+
+- Every write that touches a session's messages first locks that session's row in ``sessions``
+  (``append`` and ``clear`` through an upsert, the others with ``SELECT ... FOR UPDATE``) and
+  holds the lock until commit. ``append`` takes its seqs from ``sessions.last_seq`` under that
+  lock, in the transaction that inserts the messages, so seqs are gapless and in commit order: the
+  next appender waits for the commit and then reads the new counter. No sequence object, whose
+  values are handed out outside the transaction, is involved.
+- Writes on a session that may have no row yet (``clear``, ``forget``, a ``commit_compression``
+  that found no row) also take a transaction-scoped advisory lock on the session, so they
+  serialize even when there is no row to lock.
+- Compare-and-set on metadata versions is decided by the writing statement itself (``INSERT ...
+  ON CONFLICT DO NOTHING`` for "never written", ``UPDATE ... WHERE version = $n`` otherwise), so
+  two writers with the same expected version cannot both win.
+- ``commit_compression`` is one transaction: session lock, epoch check, version compare-and-set,
+  archive.
+- ``snapshot`` reads in one ``REPEATABLE READ`` read-only transaction.
+- Leases are rows whose ``expires_at`` is taken from the server's clock, so hosts with skewed
+  clocks agree on expiry; a crashed holder's lease simply runs out.
+
+URL: ``postgresql://user:password@host:port/database`` (``postgres://`` too); the query string is
+passed to asyncpg (``sslmode=...``, server settings), except ``schema=<name>``, which selects (and
+creates) a PostgreSQL schema for the tables. The pool is created, and the schema created or
+migrated (under an advisory lock, so processes starting together do not race), on first use.
+JSON bodies are stored as ``text``, not ``jsonb``: ``jsonb`` refuses ``\\u0000`` in strings and
+reorders keys, and a message must come back exactly as it went in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import re
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
+
+import asyncpg
+
+from ..messages import ArchiveReason, Message
+from ..services import (
+    SUMMARY_NAMESPACE,
+    LeaseToken,
+    MetadataEntry,
+    SessionInfo,
+    Snapshot,
+)
+from ._common import (
+    TokenCounter,
+    body_of,
+    check_limit,
+    check_ttl,
+    message_from_row,
+    new_lease_token,
+    select_trim,
+    to_datetime,
+    tokens_of,
+)
+
+__all__ = ["SCHEMA_VERSION", "PostgresMemory", "redact_url"]
+
+#: Stored in ``memory_schema_version``; bump it and add a step to ``_MIGRATIONS`` on changes.
+SCHEMA_VERSION = 1
+
+#: Migration steps, from version ``n`` to ``n + 1``. ``{p}`` is the schema prefix.
+_MIGRATIONS: dict[int, list[str]] = {
+    0: [
+        """CREATE TABLE IF NOT EXISTS {p}sessions (
+            session_id text PRIMARY KEY,
+            epoch      bigint NOT NULL DEFAULT 0,
+            last_seq   bigint NOT NULL DEFAULT 0,
+            updated_at double precision NOT NULL
+        )""",
+        """CREATE TABLE IF NOT EXISTS {p}messages (
+            session_id  text NOT NULL,
+            seq         bigint NOT NULL,
+            epoch       bigint NOT NULL,
+            role        text NOT NULL,
+            kind        text NOT NULL,
+            body        text NOT NULL,
+            tokens      bigint NOT NULL,
+            archived    text NULL,
+            archived_at double precision NULL,
+            created_at  double precision NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        )""",
+        """CREATE TABLE IF NOT EXISTS {p}metadata (
+            namespace  text NOT NULL,
+            key        text NOT NULL,
+            value      text NULL,
+            version    bigint NOT NULL,
+            deleted    boolean NOT NULL DEFAULT false,
+            updated_at double precision NOT NULL,
+            PRIMARY KEY (namespace, key)
+        )""",
+        "CREATE INDEX IF NOT EXISTS metadata_by_key ON {p}metadata (key)",
+        """CREATE TABLE IF NOT EXISTS {p}leases (
+            name       text PRIMARY KEY,
+            token      text NOT NULL,
+            expires_at double precision NOT NULL
+        )""",
+    ],
+}
+
+#: Transaction time (one value for every write of a transaction) and wall time, as unix seconds,
+#: both from the server's clock.
+_NOW = "extract(epoch FROM now())::float8"
+_CLOCK = "extract(epoch FROM clock_timestamp())::float8"
+
+_MESSAGE_COLUMNS = "seq, epoch, role, kind, body, tokens, archived"
+_SCHEMES = ("postgresql", "postgres")
+#: Errors that mean "could not reach or log in to the server".
+_CONNECT_ERRORS = (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password (in the user info or a ``password=`` parameter) as ``***``."""
+    head, sep, rest = url.partition("://")
+    if sep:
+        # The last "@" ends the user info (a raw "@" in a password is common); masking too much
+        # when a query value holds an "@" is the safe side.
+        userinfo, at, hostpart = rest.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        if at and colon:
+            rest = f"{user}:***@{hostpart}"
+    return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", head + sep + rest)
+
+
+def _quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _lock_key(*parts: str) -> int:
+    """A stable signed 64-bit advisory-lock key for ``parts``."""
+    digest = hashlib.blake2b("\0".join(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or "no details"
+    return f"{type(exc).__name__}: {text}"
+
+
+class PostgresMemory:
+    """A :class:`~host_stub.services.MemoryService` on a PostgreSQL database.
+
+    ``schema``: the PostgreSQL schema holding the tables (created if missing); also settable as
+    ``?schema=`` in the URL; ``None`` = the connection's default (usually ``public``).
+    ``pool_min`` / ``pool_max``: connection pool size. ``command_timeout``: seconds any statement
+    (a lock wait included) or a wait for a free pooled connection may take.
+    ``connect_timeout``: seconds to open one connection.
+
+    Raises ``ValueError`` for a malformed URL (here, or at first use for what only asyncpg
+    checks) and ``ConnectionError("<url>: cannot connect: <reason>")`` when the server cannot be
+    reached or refuses the login; the password never appears in either.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token_counter: TokenCounter,
+        *,
+        schema: str | None = None,
+        pool_min: int = 1,
+        pool_max: int = 10,
+        command_timeout: float = 10.0,
+        connect_timeout: float = 5.0,
+    ) -> None:
+        self.url = redact_url(url)
+        self._dsn, url_schema = _parse_url(url, self.url)
+        if schema is not None and url_schema is not None and schema != url_schema:
+            raise ValueError(
+                f"memory URL {self.url!r} names schema {url_schema!r} but schema={schema!r} "
+                "was also given"
+            )
+        schema = schema if schema is not None else url_schema
+        if schema is not None and not (0 < len(schema.encode()) <= 63 and "\0" not in schema):
+            raise ValueError(f"PostgreSQL schema name {schema!r} must be 1-63 bytes, no NUL")
+        if not 0 <= pool_min <= pool_max or pool_max < 1:
+            raise ValueError(
+                f"need 0 <= pool_min <= pool_max and pool_max >= 1, got {pool_min}, {pool_max}"
+            )
+        if not command_timeout > 0 or not connect_timeout > 0:
+            raise ValueError("command_timeout and connect_timeout must be > 0")
+        self.schema = schema
+        self._p = "" if schema is None else _quote_ident(schema) + "."
+        self._count = token_counter
+        self._pool_min = pool_min
+        self._pool_max = pool_max
+        self._command_timeout = command_timeout
+        self._connect_timeout = connect_timeout
+        self._pool: Any = None
+        self._opening: asyncio.Future[Any] | None = None
+        self._closed = False
+        self._background: set[asyncio.Future[Any]] = set()
+
+    def __repr__(self) -> str:
+        return f"PostgresMemory({self.url!r}, schema={self.schema!r})"
+
+    # -- pool, schema and transactions --------------------------------------------------------
+
+    def _sql(self, text: str) -> str:
+        return text.replace("{p}", self._p)
+
+    def _cannot_connect(self, exc: BaseException) -> ConnectionError:
+        return ConnectionError(f"{self.url}: cannot connect: {_one_line(exc)}")
+
+    async def _get_pool(self) -> Any:
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed")
+        if self._pool is not None:
+            return self._pool
+        # One opening at a time, shared by every caller and shielded from their cancellation
+        # (asyncpg cancelled half-way through connecting leaves a broken connection behind);
+        # after a failure the next call tries again.
+        if self._opening is None:
+            self._opening = asyncio.ensure_future(self._open_pool())
+            self._opening.add_done_callback(self._opened)
+        return await asyncio.shield(self._opening)
+
+    def _opened(self, opening: asyncio.Future[Any]) -> None:
+        if self._opening is opening:
+            self._opening = None
+        if opening.cancelled() or opening.exception() is not None:
+            return  # the callers got the error; the next call tries again
+        if self._closed:
+            self._later(opening.result().close())  # closed while it was being opened
+        else:
+            self._pool = opening.result()
+
+    def _later(self, coro: Any) -> None:
+        """Run ``coro`` in the background, held by a strong reference until it ends."""
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _open_pool(self) -> Any:
+        try:
+            pool = await asyncpg.create_pool(
+                self._dsn,
+                min_size=self._pool_min,
+                max_size=self._pool_max,
+                command_timeout=self._command_timeout,
+                timeout=self._connect_timeout,
+            )
+        except ValueError as exc:  # asyncpg's ClientConfigurationError is one
+            raise ValueError(f"memory URL {self.url!r}: {_one_line(exc)}") from None
+        except _CONNECT_ERRORS as exc:
+            raise self._cannot_connect(exc) from None
+        try:
+            async with pool.acquire(timeout=self._command_timeout) as conn:
+                await self._migrate(conn)
+        except BaseException:
+            pool.terminate()
+            raise
+        return pool
+
+    async def _migrate(self, conn: Any) -> None:
+        async with conn.transaction():
+            # One migrator per database and schema at a time; the others wait, then find the
+            # schema current and do nothing.
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock($1)",
+                _lock_key("host_stub.memory:migrate", self.schema or ""),
+            )
+            if self.schema is not None:
+                exists = await conn.fetchval(
+                    "SELECT 1 FROM pg_namespace WHERE nspname = $1", self.schema
+                )
+                if not exists:
+                    await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote_ident(self.schema)}")
+            await conn.execute(
+                self._sql(
+                    "CREATE TABLE IF NOT EXISTS {p}memory_schema_version ("
+                    " id integer PRIMARY KEY DEFAULT 1 CHECK (id = 1),"
+                    " version integer NOT NULL)"
+                )
+            )
+            version = await conn.fetchval(
+                self._sql("SELECT version FROM {p}memory_schema_version WHERE id = 1")
+            )
+            version = 0 if version is None else int(version)
+            if version > SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"{self.url} (schema {self.schema or 'default'}): schema version {version} "
+                    f"is newer than this code supports ({SCHEMA_VERSION})"
+                )
+            if version == SCHEMA_VERSION:
+                return
+            while version < SCHEMA_VERSION:
+                for statement in _MIGRATIONS[version]:
+                    await conn.execute(self._sql(statement))
+                version += 1
+            await conn.execute(
+                self._sql(
+                    "INSERT INTO {p}memory_schema_version (id, version) VALUES (1, $1)"
+                    " ON CONFLICT (id) DO UPDATE SET version = excluded.version"
+                ),
+                SCHEMA_VERSION,
+            )
+
+    @contextlib.asynccontextmanager
+    async def _conn(self) -> AsyncIterator[Any]:
+        """A pooled connection (no transaction: each statement commits on its own)."""
+        pool = await self._get_pool()
+        # Shielded: cancelling asyncpg while it opens a new pooled connection abandons that
+        # connection half-made; instead the acquire finishes and the connection goes back.
+        acquiring = asyncio.ensure_future(pool.acquire(timeout=self._command_timeout))
+        try:
+            conn = await asyncio.shield(acquiring)
+        except asyncio.CancelledError:
+            acquiring.add_done_callback(lambda done: self._give_back(pool, done))
+            raise
+        except TimeoutError:
+            raise TimeoutError(
+                f"{self.url}: no pooled connection within {self._command_timeout} s "
+                f"(all {self._pool_max} busy, or the server stopped answering)"
+            ) from None
+        except _CONNECT_ERRORS as exc:
+            raise self._cannot_connect(exc) from None
+        try:
+            yield conn
+        finally:
+            await pool.release(conn)
+
+    def _give_back(self, pool: Any, acquired: asyncio.Future[Any]) -> None:
+        """Release a connection whose acquirer was cancelled while it was being acquired."""
+        if acquired.cancelled() or acquired.exception() is not None:
+            return  # nothing acquired (the exception is retrieved: no "never retrieved" noise)
+        self._later(pool.release(acquired.result()))
+
+    @contextlib.asynccontextmanager
+    async def _tx(self, *, snapshot: bool = False) -> AsyncIterator[Any]:
+        """One transaction: ``READ COMMITTED`` for writes (they lock what they decide on),
+        ``REPEATABLE READ`` read-only for a consistent multi-statement read."""
+        async with self._conn() as conn:
+            if snapshot:
+                tx = conn.transaction(isolation="repeatable_read", readonly=True)
+            else:
+                tx = conn.transaction()
+            async with tx:
+                yield conn
+
+    async def _lock_session(self, conn: Any, session_id: str) -> None:
+        """A transaction-scoped lock on the session that exists before its row does."""
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            _lock_key("host_stub.memory:session", self.schema or "", session_id),
+        )
+
+    async def _locked_epoch(self, conn: Any, session_id: str) -> int | None:
+        """Lock the session's row and return its epoch; ``None`` (nothing locked) if no row."""
+        return await conn.fetchval(
+            self._sql("SELECT epoch FROM {p}sessions WHERE session_id = $1 FOR UPDATE"),
+            session_id,
+        )
+
+    # -- messages -----------------------------------------------------------------------------
+
+    async def append(self, session_id: str, messages: Sequence[Message]) -> list[Message]:
+        if not messages:
+            return []
+        counted = [(m, tokens_of(m, self._count), body_of(m)) for m in messages]
+        n = len(counted)
+        async with self._tx() as conn:
+            # The upsert locks the session's row until commit: the counter is taken, and the
+            # messages inserted, while no other append on this session can commit.
+            row = await conn.fetchrow(
+                self._sql(
+                    "INSERT INTO {p}sessions AS s (session_id, epoch, last_seq, updated_at)"
+                    f" VALUES ($1, 0, $2, {_NOW})"
+                    " ON CONFLICT (session_id) DO UPDATE"
+                    " SET last_seq = s.last_seq + excluded.last_seq,"
+                    " updated_at = excluded.updated_at"
+                    " RETURNING epoch, last_seq"
+                ),
+                session_id,
+                n,
+            )
+            epoch, first = int(row["epoch"]), int(row["last_seq"]) - n + 1
+            await conn.execute(
+                self._sql(
+                    "INSERT INTO {p}messages (session_id, seq, epoch, role, kind, body, tokens,"
+                    " archived, archived_at, created_at)"
+                    f" SELECT $1, t.seq, $2, t.role, t.kind, t.body, t.tokens, NULL, NULL, {_NOW}"
+                    " FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[])"
+                    " AS t(seq, role, kind, body, tokens)"
+                ),
+                session_id,
+                epoch,
+                list(range(first, first + n)),
+                [m.role for m, _, _ in counted],
+                [m.kind for m, _, _ in counted],
+                [body for _, _, body in counted],
+                [tokens for _, tokens, _ in counted],
+            )
+        return [
+            message_from_row(
+                role=m.role,
+                kind=m.kind,
+                body=body,
+                seq=first + i,
+                epoch=epoch,
+                tokens=tokens,
+                archived=None,
+            )
+            for i, (m, tokens, body) in enumerate(counted)
+        ]
+
+    async def get_history(self, session_id: str, limit: int | None = None) -> list[Message]:
+        check_limit(limit)
+        async with self._conn() as conn:
+            return await self._messages(conn, session_id, archived=False, limit=limit)
+
+    async def get_archived(
+        self, session_id: str, *, epoch: int | None = None, limit: int | None = None
+    ) -> list[Message]:
+        check_limit(limit)
+        async with self._conn() as conn:
+            return await self._messages(conn, session_id, archived=True, epoch=epoch, limit=limit)
+
+    async def snapshot(self, session_id: str, namespace: str = SUMMARY_NAMESPACE) -> Snapshot:
+        async with self._tx(snapshot=True) as conn:
+            messages = await self._messages(conn, session_id, archived=False)
+            record = await self._metadata(conn, namespace, session_id)
+            epoch = await self._epoch(conn, session_id)
+        return Snapshot(session_id=session_id, epoch=epoch, messages=messages, record=record)
+
+    async def trim_history(
+        self,
+        session_id: str,
+        keep_recent: int | None = None,
+        up_to_seq: int | None = None,
+        reason: ArchiveReason = "window",
+    ) -> list[int]:
+        select_trim([], keep_recent, up_to_seq)  # argument errors before any transaction
+        async with self._tx() as conn:
+            if await self._locked_epoch(conn, session_id) is None:
+                return []  # no row, no messages
+            rows = await conn.fetch(
+                self._sql(
+                    "SELECT seq, kind, role FROM {p}messages"
+                    " WHERE session_id = $1 AND archived IS NULL ORDER BY seq"
+                ),
+                session_id,
+            )
+            seqs = select_trim(
+                [(int(r["seq"]), r["kind"], r["role"]) for r in rows], keep_recent, up_to_seq
+            )
+            await self._archive(conn, session_id, seqs, reason)
+        return seqs
+
+    async def commit_compression(
+        self,
+        session_id: str,
+        record: dict[str, Any],
+        expected_version: int,
+        archive_through_seq: int,
+        *,
+        epoch: int,
+        namespace: str = SUMMARY_NAMESPACE,
+    ) -> bool:
+        value = _dump_value(record)
+        async with self._tx() as conn:
+            current = await self._locked_epoch(conn, session_id)
+            if current is None:
+                # No row to lock: take the session lock a concurrent clear also takes, then look
+                # again (a clear that created the row meanwhile has committed by now).
+                await self._lock_session(conn, session_id)
+                current = await self._locked_epoch(conn, session_id)
+            if (current or 0) != epoch:
+                return False
+            version = await self._write_metadata(
+                conn, namespace, session_id, value, expected_version
+            )
+            if version is None:
+                return False  # compare-and-set lost: nothing was written
+            rows = await conn.fetch(
+                self._sql(
+                    "SELECT seq FROM {p}messages WHERE session_id = $1 AND archived IS NULL"
+                    " AND seq <= $2 AND NOT (role = 'system' AND kind = 'message') ORDER BY seq"
+                ),
+                session_id,
+                archive_through_seq,
+            )
+            await self._archive(conn, session_id, [int(r["seq"]) for r in rows], "summarized")
+        return True
+
+    # -- metadata -----------------------------------------------------------------------------
+
+    async def get_metadata(self, namespace: str, key: str) -> MetadataEntry | None:
+        async with self._conn() as conn:
+            return await self._metadata(conn, namespace, key)
+
+    async def save_metadata(
+        self,
+        namespace: str,
+        key: str,
+        value: dict[str, Any],
+        expected_version: int | None = None,
+    ) -> int | None:
+        if value is None:
+            raise ValueError("save_metadata needs a value; use delete_metadata to delete")
+        text = _dump_value(value)
+        async with self._conn() as conn:
+            return await self._write_metadata(conn, namespace, key, text, expected_version)
+
+    async def delete_metadata(
+        self, namespace: str, key: str, expected_version: int | None = None
+    ) -> int | None:
+        async with self._conn() as conn:
+            return await self._write_metadata(conn, namespace, key, None, expected_version)
+
+    async def list_metadata(self, namespace: str) -> list[MetadataEntry]:
+        async with self._conn() as conn:
+            rows = await conn.fetch(
+                self._sql(
+                    "SELECT namespace, key, value, version, deleted, updated_at FROM {p}metadata"
+                    ' WHERE namespace = $1 AND NOT deleted ORDER BY key COLLATE "C"'
+                ),
+                namespace,
+            )
+        return [_entry(r) for r in rows]
+
+    # -- leases -------------------------------------------------------------------------------
+
+    async def acquire_lease(self, name: str, ttl_s: float) -> LeaseToken | None:
+        check_ttl(ttl_s)
+        token = new_lease_token()
+        async with self._conn() as conn:
+            # Taken when free or expired (by the server's clock); a live lease is left alone. A
+            # concurrent taker waits for the row lock, then sees the new expiry and gets nothing.
+            expires_at = await conn.fetchval(
+                self._sql(
+                    "INSERT INTO {p}leases AS l (name, token, expires_at)"
+                    f" VALUES ($1, $2, {_CLOCK} + $3::float8)"
+                    " ON CONFLICT (name) DO UPDATE"
+                    " SET token = excluded.token, expires_at = excluded.expires_at"
+                    f" WHERE l.expires_at <= {_CLOCK}"
+                    " RETURNING expires_at"
+                ),
+                name,
+                token,
+                float(ttl_s),
+            )
+        if expires_at is None:
+            return None
+        return LeaseToken(name=name, token=token, expires_at=float(expires_at))
+
+    async def release_lease(self, lease: LeaseToken) -> bool:
+        async with self._conn() as conn:
+            gone = await conn.fetchval(
+                self._sql("DELETE FROM {p}leases WHERE name = $1 AND token = $2 RETURNING 1"),
+                lease.name,
+                lease.token,
+            )
+        return gone is not None
+
+    # -- sessions -----------------------------------------------------------------------------
+
+    async def get_epoch(self, session_id: str) -> int:
+        async with self._conn() as conn:
+            return await self._epoch(conn, session_id)
+
+    async def clear(self, session_id: str, types: Sequence[str] | None = None) -> int:
+        async with self._tx() as conn:
+            await self._lock_session(conn, session_id)
+            epoch = await conn.fetchval(
+                self._sql(
+                    "INSERT INTO {p}sessions AS s (session_id, epoch, last_seq, updated_at)"
+                    f" VALUES ($1, 1, 0, {_NOW})"
+                    " ON CONFLICT (session_id) DO UPDATE"
+                    " SET epoch = s.epoch + 1, updated_at = excluded.updated_at"
+                    " RETURNING epoch"
+                ),
+                session_id,
+            )
+            if types is None or "history" in types:
+                await conn.execute(
+                    self._sql(
+                        f"UPDATE {{p}}messages SET archived = 'cleared', archived_at = {_NOW}"
+                        " WHERE session_id = $1 AND archived IS NULL"
+                    ),
+                    session_id,
+                )
+            if types is None:
+                await conn.execute(
+                    self._sql(
+                        "UPDATE {p}metadata SET value = NULL, version = version + 1,"
+                        f" deleted = true, updated_at = {_NOW} WHERE key = $1"
+                    ),
+                    session_id,
+                )
+            else:
+                for namespace in dict.fromkeys(types):
+                    if namespace != "history":
+                        await self._write_metadata(conn, namespace, session_id, None, None)
+        return int(epoch)
+
+    async def delete_messages(self, session_id: str, seqs: Sequence[int]) -> list[int]:
+        wanted = sorted({int(s) for s in seqs})
+        if not wanted:
+            return []
+        async with self._tx() as conn:
+            if await self._locked_epoch(conn, session_id) is None:
+                return []
+            rows = await conn.fetch(
+                self._sql(
+                    f"UPDATE {{p}}messages SET archived = 'deleted', archived_at = {_NOW}"
+                    " WHERE session_id = $1 AND seq = ANY($2::bigint[])"
+                    " AND archived IS DISTINCT FROM 'deleted' RETURNING seq"
+                ),
+                session_id,
+                wanted,
+            )
+            found = sorted(int(r["seq"]) for r in rows)
+            if found:
+                await self._touch(conn, session_id)
+        return found
+
+    async def forget(self, session_id: str) -> None:
+        async with self._tx() as conn:
+            await self._lock_session(conn, session_id)
+            # The row first: this waits for an append holding it, so the messages deleted next
+            # include that append's.
+            await conn.execute(
+                self._sql("DELETE FROM {p}sessions WHERE session_id = $1"), session_id
+            )
+            await conn.execute(
+                self._sql("DELETE FROM {p}messages WHERE session_id = $1"), session_id
+            )
+            await conn.execute(self._sql("DELETE FROM {p}metadata WHERE key = $1"), session_id)
+
+    async def list_sessions(self) -> list[SessionInfo]:
+        async with self._conn() as conn:
+            rows = await conn.fetch(
+                self._sql(
+                    "SELECT s.session_id, s.epoch, s.last_seq, s.updated_at,"
+                    " COUNT(m.seq) - COUNT(m.archived) AS active,"
+                    " COUNT(m.archived) AS archived"
+                    " FROM {p}sessions s LEFT JOIN {p}messages m ON m.session_id = s.session_id"
+                    ' GROUP BY s.session_id ORDER BY s.session_id COLLATE "C"'
+                )
+            )
+        return [
+            SessionInfo(
+                session_id=r["session_id"],
+                epoch=int(r["epoch"]),
+                active=int(r["active"]),
+                archived=int(r["archived"]),
+                last_seq=int(r["last_seq"]),
+                updated_at=to_datetime(r["updated_at"]),
+            )
+            for r in rows
+        ]
+
+    async def close(self) -> None:
+        """Close the pool (waiting up to ``command_timeout`` for busy connections, then cutting
+        them); later calls raise ``RuntimeError``. Safe to call twice."""
+        self._closed = True
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                await asyncio.wait_for(pool.close(), timeout=self._command_timeout)
+            except (TimeoutError, *_CONNECT_ERRORS):
+                pool.terminate()
+        # A pool still being opened is closed by ``_opened``; wait for that and other releases.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._command_timeout + self._connect_timeout
+        while self._opening is not None or self._background:
+            pending = [f for f in (self._opening, *self._background) if f is not None]
+            if loop.time() >= deadline:
+                break
+            await asyncio.wait(pending, timeout=deadline - loop.time())
+
+    # -- SQL helpers (inside a transaction or on one connection) ------------------------------
+
+    async def _epoch(self, conn: Any, session_id: str) -> int:
+        epoch = await conn.fetchval(
+            self._sql("SELECT epoch FROM {p}sessions WHERE session_id = $1"), session_id
+        )
+        return 0 if epoch is None else int(epoch)
+
+    async def _metadata(self, conn: Any, namespace: str, key: str) -> MetadataEntry | None:
+        row = await conn.fetchrow(
+            self._sql(
+                "SELECT namespace, key, value, version, deleted, updated_at FROM {p}metadata"
+                " WHERE namespace = $1 AND key = $2"
+            ),
+            namespace,
+            key,
+        )
+        return None if row is None else _entry(row)
+
+    async def _write_metadata(
+        self,
+        conn: Any,
+        namespace: str,
+        key: str,
+        value: str | None,
+        expected_version: int | None,
+    ) -> int | None:
+        """Write the value (``None`` = tombstone) one version up and return the new version, or
+        ``None`` if the entry is not at ``expected_version`` (0 = never written). The check and
+        the write are one statement, so concurrent writers with the same expectation get one
+        winner."""
+        deleted = value is None
+        if expected_version is None:
+            sql = (
+                "INSERT INTO {p}metadata AS m (namespace, key, value, version, deleted, updated_at)"
+                f" VALUES ($1, $2, $3, 1, $4, {_NOW})"
+                " ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value,"
+                " version = m.version + 1, deleted = excluded.deleted,"
+                " updated_at = excluded.updated_at"
+                " RETURNING version"
+            )
+            args: tuple[Any, ...] = (namespace, key, value, deleted)
+        elif expected_version == 0:
+            sql = (
+                "INSERT INTO {p}metadata (namespace, key, value, version, deleted, updated_at)"
+                f" VALUES ($1, $2, $3, 1, $4, {_NOW})"
+                " ON CONFLICT (namespace, key) DO NOTHING RETURNING version"
+            )
+            args = (namespace, key, value, deleted)
+        else:
+            sql = (
+                "UPDATE {p}metadata SET value = $3, version = version + 1, deleted = $4,"
+                f" updated_at = {_NOW}"
+                " WHERE namespace = $1 AND key = $2 AND version = $5 RETURNING version"
+            )
+            args = (namespace, key, value, deleted, int(expected_version))
+        version = await conn.fetchval(self._sql(sql), *args)
+        return None if version is None else int(version)
+
+    async def _archive(
+        self, conn: Any, session_id: str, seqs: Sequence[int], reason: ArchiveReason
+    ) -> None:
+        if not seqs:
+            return
+        await conn.execute(
+            self._sql(
+                f"UPDATE {{p}}messages SET archived = $3, archived_at = {_NOW}"
+                " WHERE session_id = $1 AND seq = ANY($2::bigint[])"
+            ),
+            session_id,
+            list(seqs),
+            reason,
+        )
+        await self._touch(conn, session_id)
+
+    async def _touch(self, conn: Any, session_id: str) -> None:
+        await conn.execute(
+            self._sql(f"UPDATE {{p}}sessions SET updated_at = {_NOW} WHERE session_id = $1"),
+            session_id,
+        )
+
+    async def _messages(
+        self,
+        conn: Any,
+        session_id: str,
+        *,
+        archived: bool,
+        epoch: int | None = None,
+        limit: int | None = None,
+    ) -> list[Message]:
+        where = "session_id = $1 AND archived IS " + ("NOT NULL" if archived else "NULL")
+        params: list[Any] = [session_id]
+        if epoch is not None:
+            params.append(int(epoch))
+            where += f" AND epoch = ${len(params)}"
+        if limit is None:
+            sql = f"SELECT {_MESSAGE_COLUMNS} FROM {{p}}messages WHERE {where} ORDER BY seq"
+        else:
+            params.append(int(limit))
+            sql = (
+                f"SELECT * FROM (SELECT {_MESSAGE_COLUMNS} FROM {{p}}messages WHERE {where}"
+                f" ORDER BY seq DESC LIMIT ${len(params)}) AS newest ORDER BY seq"
+            )
+        rows = await conn.fetch(self._sql(sql), *params)
+        return [
+            message_from_row(
+                role=r["role"],
+                kind=r["kind"],
+                body=r["body"],
+                seq=int(r["seq"]),
+                epoch=int(r["epoch"]),
+                tokens=int(r["tokens"]),
+                archived=r["archived"],
+            )
+            for r in rows
+        ]
+
+
+# -- module helpers ---------------------------------------------------------------------------
+
+
+def _parse_url(url: str, shown: str) -> tuple[str, str | None]:
+    """Check ``url`` and split off ``schema=``: return (the DSN for asyncpg, the schema)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+    except ValueError as exc:
+        raise ValueError(f"memory URL {shown!r} is malformed: {exc}") from None
+    if parts.scheme.lower() not in _SCHEMES:
+        raise ValueError(f"memory URL {shown!r} is not a postgresql:// URL")
+    if parts.fragment:
+        raise ValueError(f"memory URL {shown!r}: a PostgreSQL URL takes no #fragment")
+    schema: str | None = None
+    kept: list[str] = []
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name == "schema":
+            if not value:
+                raise ValueError(f"memory URL {shown!r}: schema= needs a name")
+            schema = value
+        else:
+            kept.append(f"{quote(name, safe='')}={quote(value, safe='')}")
+    dsn = urlunsplit(("postgresql", parts.netloc, parts.path, "&".join(kept), ""))
+    return dsn, schema
+
+
+def _entry(row: Any) -> MetadataEntry:
+    return MetadataEntry(
+        namespace=row["namespace"],
+        key=row["key"],
+        value=None if row["value"] is None else json.loads(row["value"]),
+        version=int(row["version"]),
+        deleted=bool(row["deleted"]),
+        updated_at=to_datetime(row["updated_at"]),
+    )
+
+
+def _dump_value(value: dict[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

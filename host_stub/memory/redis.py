@@ -1,0 +1,746 @@
+"""Redis memory backend (several host processes on several machines), on ``redis.asyncio``.
+
+Every mutation that touches more than one key, and every read that must agree with itself, is
+ONE Lua script (``EVALSHA`` through ``register_script``; a server that lost its script cache,
+e.g. after ``SCRIPT FLUSH`` or a restart, gets the script again on ``NOSCRIPT``). A script runs
+alone on the server, so it is the transaction: ``append`` takes its seqs from the session's
+``last_seq`` inside the same script that writes the messages (gapless and in commit order, with
+any number of processes), and ``commit_compression`` checks the record's version and the epoch,
+writes the record and archives the covered messages in one step. Leases are ``SET NX PX`` keys
+with a random token: a crashed holder's lease runs out by itself; release is compare-and-delete.
+
+Keys, all under ``prefix`` (default ``hs:``; a ``?prefix=`` in the URL overrides it):
+
+==============================  ================================================================
+``{p}s:{session}``              hash: ``epoch``, ``last_seq``, ``updated_at`` (unix ms)
+``{p}m:{session}``              hash: seq -> message record (JSON, see below); never rewritten
+``{p}a:{session}``              sorted set of the active seqs (score = seq)
+``{p}z:{session}``              sorted set of the archived seqs (score = seq)
+``{p}x:{session}``              hash: archived seq -> archive reason
+``{p}sessions``                 set of session ids
+``{p}md:{namespace}``           hash: key -> metadata entry (JSON, see below)
+``{p}mk:{key}``                 set of the namespaces holding an entry for ``key`` (for
+                                ``clear(types=None)`` and ``forget``)
+``{p}lease:{name}``             string: the holder's token, with the lease's expiry as TTL
+==============================  ================================================================
+
+A message record is ``{"epoch":E,"role":R,"kind":K,"tokens":N,"body":{...}}`` and a metadata
+entry ``{"version":V,"deleted":B,"updated_at":MS,"value":{...}|null}``, always with the fields
+in that order: the scripts read ``epoch``/``role``/``kind`` and ``version`` from that fixed head
+without decoding the rest. Times are the Redis server's clock (``TIME``), so every host agrees.
+
+The scripts compute some key names (other namespaces, other sessions) from the prefix, so this
+backend needs a standalone Redis (or a single-shard setup), not Redis Cluster.
+
+Commands are not retried on a connection error: a script whose reply was lost may have run, and
+running ``append`` twice would store the messages twice. Callers see one-line errors:
+``ConnectionError("redis://host:6379/0: cannot connect: ...")`` when the server is down or
+refuses the credentials, ``TimeoutError`` after ``socket_timeout`` seconds, and ``ValueError``
+at construction for a URL that cannot work. A password in the URL is never echoed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+
+import redis.asyncio as aioredis
+import redis.exceptions as redis_errors
+from redis.asyncio.connection import URL_QUERY_ARGUMENT_PARSERS
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from ..messages import ArchiveReason, Message
+from ..services import (
+    SUMMARY_NAMESPACE,
+    LeaseToken,
+    MetadataEntry,
+    SessionInfo,
+    Snapshot,
+)
+from ._common import (
+    TokenCounter,
+    body_of,
+    check_limit,
+    check_ttl,
+    message_from_row,
+    new_lease_token,
+    select_trim,
+    to_datetime,
+    tokens_of,
+)
+
+__all__ = ["RedisMemory", "redact_url"]
+
+_SCHEMES = ("redis", "rediss", "unix")
+
+# -- Lua --------------------------------------------------------------------------------------
+
+#: Helpers every script starts with.
+_LIB = r"""
+local function now_ms()
+  local t = redis.call('TIME')
+  return t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
+end
+
+-- epoch, role, kind of a stored message record (its fixed head)
+local function head(raw)
+  local e, r, k = string.match(raw, '^{"epoch":(%d+),"role":"([^"]*)","kind":"([^"]*)"')
+  if not e then error({err = 'corrupt message record'}) end
+  return tonumber(e), r, k
+end
+
+-- system messages are core memory: trims and compressions never archive them
+local function is_core(role, kind)
+  return role == 'system' and kind == 'message'
+end
+
+-- move seqs from the active to the archived set with a reason (s, a, z, x: session keys)
+local function archive(s, a, z, x, seqs, reason, now)
+  if #seqs == 0 then return end
+  for _, seq in ipairs(seqs) do
+    redis.call('ZREM', a, seq)
+    redis.call('ZADD', z, seq, seq)
+    redis.call('HSET', x, seq, reason)
+  end
+  redis.call('HSET', s, 'updated_at', now)
+end
+
+local function md_version(md, key)
+  local raw = redis.call('HGET', md, key)
+  if not raw then return 0 end
+  return tonumber(string.match(raw, '^{"version":(%d+),'))
+end
+
+-- upsert a metadata entry one version up (value: JSON text, or false for a tombstone)
+local function md_write(md, mk, namespace, key, value, now)
+  local version = md_version(md, key) + 1
+  local entry
+  if value then
+    entry = '{"version":' .. version .. ',"deleted":false,"updated_at":' .. now
+      .. ',"value":' .. value .. '}'
+  else
+    entry = '{"version":' .. version .. ',"deleted":true,"updated_at":' .. now
+      .. ',"value":null}'
+  end
+  redis.call('HSET', md, key, entry)
+  redis.call('SADD', mk, namespace)
+  return version
+end
+"""
+
+# KEYS: s, m, a, sessions; ARGV: session_id, record tails (without the epoch)
+_APPEND = r"""
+local epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
+local seq = tonumber(redis.call('HGET', KEYS[1], 'last_seq') or '0')
+for i = 2, #ARGV do
+  seq = seq + 1
+  redis.call('HSET', KEYS[2], seq, '{"epoch":' .. epoch .. ',' .. ARGV[i])
+  redis.call('ZADD', KEYS[3], seq, seq)
+end
+redis.call('HSET', KEYS[1], 'epoch', epoch, 'last_seq', seq, 'updated_at', now_ms())
+redis.call('SADD', KEYS[4], ARGV[1])
+return {epoch, seq}
+"""
+
+# KEYS: m, a or z, x; ARGV: limit (-1 = all), epoch ('' = any)
+# -> flat list seq, record, reason (false when active), oldest first
+_READ = r"""
+local limit = tonumber(ARGV[1])
+local out = {}
+local seqs
+if ARGV[2] == '' then
+  if limit < 0 then
+    seqs = redis.call('ZRANGE', KEYS[2], 0, -1)
+  else
+    seqs = redis.call('ZRANGE', KEYS[2], -limit, -1)
+  end
+else
+  local want = tonumber(ARGV[2])
+  local newest = redis.call('ZREVRANGE', KEYS[2], 0, -1)
+  local picked = {}
+  for _, seq in ipairs(newest) do
+    if limit >= 0 and #picked >= limit then break end
+    local e = head(redis.call('HGET', KEYS[1], seq))
+    if e == want then picked[#picked + 1] = seq end
+  end
+  seqs = {}
+  for i = #picked, 1, -1 do seqs[#seqs + 1] = picked[i] end
+end
+for _, seq in ipairs(seqs) do
+  out[#out + 1] = seq
+  out[#out + 1] = redis.call('HGET', KEYS[1], seq)
+  out[#out + 1] = redis.call('HGET', KEYS[3], seq)
+end
+return out
+"""
+
+# KEYS: s, m, a, md; ARGV: session_id -> {epoch, entry or false, seq, record, ...}
+_SNAPSHOT = r"""
+local out = {tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0'),
+             redis.call('HGET', KEYS[4], ARGV[1])}
+for _, seq in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  out[#out + 1] = seq
+  out[#out + 1] = redis.call('HGET', KEYS[2], seq)
+end
+return out
+"""
+
+# KEYS: s, m, a, z, x; ARGV: mode ('keep' | 'upto'), n, reason -> archived seqs
+_TRIM = r"""
+local n = tonumber(ARGV[2])
+local movable = {}
+for _, seq in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  local _, role, kind = head(redis.call('HGET', KEYS[2], seq))
+  if not is_core(role, kind) then movable[#movable + 1] = {tonumber(seq), kind} end
+end
+local picked = {}
+if ARGV[1] == 'upto' then
+  for _, mv in ipairs(movable) do
+    if mv[1] <= n then picked[#picked + 1] = mv[1] end
+  end
+elseif n == 0 then
+  for _, mv in ipairs(movable) do picked[#picked + 1] = mv[1] end
+else
+  local real = {}
+  for _, mv in ipairs(movable) do
+    if mv[2] == 'message' then real[#real + 1] = mv[1] end
+  end
+  if #real > n then
+    local cutoff = real[#real - n + 1]
+    for _, mv in ipairs(movable) do
+      if mv[1] < cutoff then picked[#picked + 1] = mv[1] end
+    end
+  end
+end
+archive(KEYS[1], KEYS[3], KEYS[4], KEYS[5], picked, ARGV[3], now_ms())
+return picked
+"""
+
+# KEYS: s, m, a, z, x, md, mk; ARGV: session_id, namespace, expected_version, epoch,
+# archive_through_seq, record JSON -> 1 won, 0 lost
+_COMMIT = r"""
+if md_version(KEYS[6], ARGV[1]) ~= tonumber(ARGV[3]) then return 0 end
+if tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0') ~= tonumber(ARGV[4]) then return 0 end
+local picked = {}
+for _, seq in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[5])) do
+  local _, role, kind = head(redis.call('HGET', KEYS[2], seq))
+  if not is_core(role, kind) then picked[#picked + 1] = seq end
+end
+-- every read (and every way to fail) is above: a script is not rolled back on an error
+local now = now_ms()
+md_write(KEYS[6], KEYS[7], ARGV[2], ARGV[1], ARGV[6], now)
+archive(KEYS[1], KEYS[3], KEYS[4], KEYS[5], picked, 'summarized', now)
+return 1
+"""
+
+# KEYS: md, mk; ARGV: namespace, key, expected_version ('' = any), value JSON ('' = tombstone)
+# -> new version, or nil when expected_version did not match
+_SAVE_METADATA = r"""
+if ARGV[3] ~= '' and md_version(KEYS[1], ARGV[2]) ~= tonumber(ARGV[3]) then return false end
+local value = ARGV[4]
+if value == '' then value = false end
+return md_write(KEYS[1], KEYS[2], ARGV[1], ARGV[2], value, now_ms())
+"""
+
+# KEYS: lease; ARGV: token -> 1 released, 0 not ours (any more)
+_RELEASE = r"""
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+"""
+
+# KEYS: s, a, z, x, sessions, mk; ARGV: prefix, session_id, all ('1'/'0'), history ('1'/'0'),
+# namespaces... -> the new epoch
+_CLEAR = r"""
+local now = now_ms()
+local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+redis.call('HSETNX', KEYS[1], 'last_seq', 0)
+redis.call('HSET', KEYS[1], 'updated_at', now)
+redis.call('SADD', KEYS[5], ARGV[2])
+if ARGV[4] == '1' then
+  archive(KEYS[1], KEYS[2], KEYS[3], KEYS[4], redis.call('ZRANGE', KEYS[2], 0, -1), 'cleared',
+          now)
+end
+local namespaces = {}
+if ARGV[3] == '1' then
+  namespaces = redis.call('SMEMBERS', KEYS[6])
+  table.sort(namespaces)
+else
+  for i = 5, #ARGV do namespaces[#namespaces + 1] = ARGV[i] end
+end
+for _, ns in ipairs(namespaces) do
+  md_write(ARGV[1] .. 'md:' .. ns, KEYS[6], ns, ARGV[2], false, now)
+end
+return epoch
+"""
+
+# KEYS: s, m, a, z, x; ARGV: seqs (sorted, unique) -> the seqs it changed
+_DELETE_MESSAGES = r"""
+local found = {}
+for _, seq in ipairs(ARGV) do
+  if redis.call('HEXISTS', KEYS[2], seq) == 1 and redis.call('HGET', KEYS[5], seq) ~= 'deleted' then
+    found[#found + 1] = tonumber(seq)
+  end
+end
+archive(KEYS[1], KEYS[3], KEYS[4], KEYS[5], found, 'deleted', now_ms())
+return found
+"""
+
+# KEYS: s, m, a, z, x, sessions, mk; ARGV: prefix, session_id
+_FORGET = r"""
+for _, ns in ipairs(redis.call('SMEMBERS', KEYS[7])) do
+  redis.call('HDEL', ARGV[1] .. 'md:' .. ns, ARGV[2])
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7])
+redis.call('SREM', KEYS[6], ARGV[2])
+return 1
+"""
+
+# KEYS: sessions; ARGV: prefix
+# -> flat list session_id, epoch, last_seq, updated_at, active, archived
+_LIST_SESSIONS = r"""
+local out = {}
+for _, sid in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local s = redis.call('HMGET', ARGV[1] .. 's:' .. sid, 'epoch', 'last_seq', 'updated_at')
+  out[#out + 1] = sid
+  out[#out + 1] = s[1] or '0'
+  out[#out + 1] = s[2] or '0'
+  out[#out + 1] = s[3] or false
+  out[#out + 1] = redis.call('ZCARD', ARGV[1] .. 'a:' .. sid)
+  out[#out + 1] = redis.call('ZCARD', ARGV[1] .. 'z:' .. sid)
+end
+return out
+"""
+
+_SCRIPTS = {
+    "append": _APPEND,
+    "read": _READ,
+    "snapshot": _SNAPSHOT,
+    "trim": _TRIM,
+    "commit": _COMMIT,
+    "save_metadata": _SAVE_METADATA,
+    "release": _RELEASE,
+    "clear": _CLEAR,
+    "delete_messages": _DELETE_MESSAGES,
+    "forget": _FORGET,
+    "list_sessions": _LIST_SESSIONS,
+}
+
+
+# -- URLs -------------------------------------------------------------------------------------
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``; safe to log and to show."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.netloc.rpartition("@")[2]
+        user = quote(unquote(parts.username or ""), safe="")
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    except ValueError:
+        # Too broken to parse: hide everything between the scheme and the host.
+        scheme, sep, rest = url.partition("://")
+        if "@" in rest:
+            return f"{scheme}{sep}***@{rest.rpartition('@')[2]}"
+        return url
+
+
+def _parse_url(url: str, shown: str) -> tuple[str, str | None]:
+    """Validate ``url``; return it without our own ``prefix`` parameter, and that prefix."""
+
+    def bad(reason: str) -> ValueError:
+        return ValueError(f"memory URL {shown!r}: {reason}")
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises for a port that is not a number or out of range
+    except ValueError as exc:
+        raise bad(str(exc)) from None
+    scheme = parts.scheme.lower()
+    if scheme not in _SCHEMES:
+        raise bad("a Redis URL starts with redis://, rediss:// or unix://")
+    if scheme != "unix":
+        if not parts.hostname:
+            raise bad("names no host (write redis://host:6379/0)")
+        if port == 0:
+            raise bad("port 0 is not a port")
+        db = unquote(parts.path).strip("/")
+        if db and not db.isdigit():
+            raise bad(f"the database {db!r} is not a number (write redis://host:6379/0)")
+    elif not parts.path:
+        raise bad("names no socket path (write unix:///path/to/redis.sock)")
+    prefix = None
+    query = []
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name == "prefix":
+            if not value:
+                raise bad("the key prefix must not be empty")
+            prefix = value
+        elif name in URL_QUERY_ARGUMENT_PARSERS:
+            try:
+                URL_QUERY_ARGUMENT_PARSERS[name](value)
+            except (TypeError, ValueError):
+                raise bad(f"bad value for {name!r}: {value!r}") from None
+            query.append((name, value))
+        else:
+            known = ", ".join(["prefix", *sorted(URL_QUERY_ARGUMENT_PARSERS)])
+            raise bad(f"unknown parameter {name!r} (known: {known})")
+    return urlunsplit(parts._replace(query=urlencode(query))), prefix
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# -- the backend ------------------------------------------------------------------------------
+
+
+class RedisMemory:
+    """A :class:`~host_stub.services.MemoryService` on a Redis server.
+
+    ``url`` is ``redis://[[user]:password@]host[:port][/db][?options]`` (``rediss://`` for TLS,
+    ``unix:///path.sock`` for a socket); options are redis-py's URL options (``socket_timeout``,
+    ``max_connections``, ...) plus ``prefix`` for the key prefix. ``socket_timeout`` bounds every
+    connect and every command; ``max_connections`` caps the pool (callers beyond it wait for a
+    free connection up to ``pool_timeout`` seconds). Nothing connects before the first call.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token_counter: TokenCounter,
+        *,
+        prefix: str = "hs:",
+        socket_timeout: float = 5.0,
+        max_connections: int = 50,
+        pool_timeout: float = 20.0,
+    ) -> None:
+        #: The URL with its password hidden (for messages and logs).
+        self.url = redact_url(url)
+        try:
+            password = urlsplit(url).password or ""
+        except ValueError:
+            password = url.partition("://")[2].rpartition("@")[0]
+        self._secrets = sorted({password, unquote(password)} - {""}, key=len, reverse=True)
+        plain_url, url_prefix = _parse_url(url, self.url)
+        self.prefix = url_prefix or prefix
+        if not self.prefix:
+            raise ValueError(f"RedisMemory({self.url!r}): the key prefix must not be empty")
+        if not socket_timeout > 0:
+            raise ValueError(f"socket_timeout must be > 0, got {socket_timeout}")
+        self.socket_timeout = socket_timeout
+        self._count = token_counter
+        try:
+            pool = aioredis.BlockingConnectionPool.from_url(
+                plain_url,
+                decode_responses=True,
+                socket_timeout=socket_timeout,
+                socket_connect_timeout=socket_timeout,
+                max_connections=max_connections,
+                timeout=pool_timeout,
+                retry=Retry(NoBackoff(), 0),  # writes are not idempotent: never resend them
+            )
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"memory URL {self.url!r}: {self._scrub(exc)}") from None
+        self._client = aioredis.Redis(connection_pool=pool)
+        self._scripts = {
+            name: self._client.register_script(_LIB + source) for name, source in _SCRIPTS.items()
+        }
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"RedisMemory({self.url!r}, prefix={self.prefix!r})"
+
+    # -- keys and calls -----------------------------------------------------------------------
+
+    def _session_keys(self, session_id: str) -> list[str]:
+        """``s``, ``m``, ``a``, ``z``, ``x`` of a session."""
+        p = self.prefix
+        return [f"{p}{kind}:{session_id}" for kind in ("s", "m", "a", "z", "x")]
+
+    def _md(self, namespace: str) -> str:
+        return f"{self.prefix}md:{namespace}"
+
+    def _mk(self, key: str) -> str:
+        return f"{self.prefix}mk:{key}"
+
+    @property
+    def _sessions(self) -> str:
+        return f"{self.prefix}sessions"
+
+    def _scrub(self, exc: BaseException) -> str:
+        text = _one_line(str(exc)) or type(exc).__name__
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Redis connection failures as one-line builtin errors naming the (redacted) URL."""
+        if self._closed:
+            raise RuntimeError(f"RedisMemory({self.url!r}) is closed")
+        try:
+            yield
+        except redis_errors.AuthenticationError as exc:
+            raise ConnectionError(
+                f"{self.url}: cannot connect: authentication failed: {self._scrub(exc)}"
+            ) from None
+        except redis_errors.TimeoutError as exc:
+            raise TimeoutError(
+                f"{self.url}: no answer within {self.socket_timeout:g} s: {self._scrub(exc)}"
+            ) from None
+        except redis_errors.ConnectionError as exc:
+            raise ConnectionError(f"{self.url}: cannot connect: {self._scrub(exc)}") from None
+
+    async def _run(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        with self._errors():
+            return await self._scripts[script](keys=list(keys), args=list(args))
+
+    # -- messages -----------------------------------------------------------------------------
+
+    async def append(self, session_id: str, messages: Sequence[Message]) -> list[Message]:
+        if not messages:
+            return []
+        rows = []
+        tails = []
+        for message in messages:
+            tokens = tokens_of(message, self._count)
+            body = body_of(message)
+            rows.append((message, tokens, body))
+            tails.append(
+                f'"role":{json.dumps(message.role)},"kind":{json.dumps(message.kind)},'
+                f'"tokens":{int(tokens)},"body":{body}}}'
+            )
+        s, m, a, _, _ = self._session_keys(session_id)
+        epoch, last = await self._run("append", [s, m, a, self._sessions], [session_id, *tails])
+        first = int(last) - len(rows) + 1
+        return [
+            message_from_row(
+                role=message.role,
+                kind=message.kind,
+                body=body,
+                seq=first + i,
+                epoch=int(epoch),
+                tokens=tokens,
+                archived=None,
+            )
+            for i, (message, tokens, body) in enumerate(rows)
+        ]
+
+    async def get_history(self, session_id: str, limit: int | None = None) -> list[Message]:
+        check_limit(limit)
+        if limit == 0:
+            return []
+        _, m, a, _, x = self._session_keys(session_id)
+        flat = await self._run("read", [m, a, x], [-1 if limit is None else limit, ""])
+        return _messages(flat)
+
+    async def get_archived(
+        self, session_id: str, *, epoch: int | None = None, limit: int | None = None
+    ) -> list[Message]:
+        check_limit(limit)
+        if limit == 0:
+            return []
+        _, m, _, z, x = self._session_keys(session_id)
+        args = [-1 if limit is None else limit, "" if epoch is None else int(epoch)]
+        return _messages(await self._run("read", [m, z, x], args))
+
+    async def snapshot(self, session_id: str, namespace: str = SUMMARY_NAMESPACE) -> Snapshot:
+        s, m, a, _, _ = self._session_keys(session_id)
+        flat = await self._run("snapshot", [s, m, a, self._md(namespace)], [session_id])
+        epoch, entry, rest = int(flat[0]), flat[1], flat[2:]
+        messages = [_message(rest[i], rest[i + 1], None) for i in range(0, len(rest), 2)]
+        record = None if entry is None else _entry(namespace, session_id, entry)
+        return Snapshot(session_id=session_id, epoch=epoch, messages=messages, record=record)
+
+    async def trim_history(
+        self,
+        session_id: str,
+        keep_recent: int | None = None,
+        up_to_seq: int | None = None,
+        reason: ArchiveReason = "window",
+    ) -> list[int]:
+        select_trim([], keep_recent, up_to_seq)  # argument errors before touching the server
+        if up_to_seq is not None:
+            mode, n = "upto", int(up_to_seq)
+        else:
+            mode, n = "keep", int(keep_recent)  # type: ignore[arg-type]
+        seqs = await self._run("trim", self._session_keys(session_id), [mode, n, reason])
+        return [int(seq) for seq in seqs]
+
+    async def commit_compression(
+        self,
+        session_id: str,
+        record: dict[str, Any],
+        expected_version: int,
+        archive_through_seq: int,
+        *,
+        epoch: int,
+        namespace: str = SUMMARY_NAMESPACE,
+    ) -> bool:
+        keys = [*self._session_keys(session_id), self._md(namespace), self._mk(session_id)]
+        args = [
+            session_id,
+            namespace,
+            int(expected_version),
+            int(epoch),
+            int(archive_through_seq),
+            _dump_value(record),
+        ]
+        return bool(await self._run("commit", keys, args))
+
+    # -- metadata -----------------------------------------------------------------------------
+
+    async def get_metadata(self, namespace: str, key: str) -> MetadataEntry | None:
+        with self._errors():
+            raw = await self._client.hget(self._md(namespace), key)
+        return None if raw is None else _entry(namespace, key, raw)
+
+    async def save_metadata(
+        self,
+        namespace: str,
+        key: str,
+        value: dict[str, Any],
+        expected_version: int | None = None,
+    ) -> int | None:
+        if value is None:
+            raise ValueError("save_metadata needs a value; use delete_metadata to delete")
+        return await self._write_metadata(namespace, key, _dump_value(value), expected_version)
+
+    async def delete_metadata(
+        self, namespace: str, key: str, expected_version: int | None = None
+    ) -> int | None:
+        return await self._write_metadata(namespace, key, "", expected_version)
+
+    async def _write_metadata(
+        self, namespace: str, key: str, value: str, expected_version: int | None
+    ) -> int | None:
+        expected = "" if expected_version is None else int(expected_version)
+        version = await self._run(
+            "save_metadata", [self._md(namespace), self._mk(key)], [namespace, key, expected, value]
+        )
+        return None if version is None else int(version)
+
+    async def list_metadata(self, namespace: str) -> list[MetadataEntry]:
+        with self._errors():
+            raw = await self._client.hgetall(self._md(namespace))
+        entries = [_entry(namespace, key, text) for key, text in sorted(raw.items())]
+        return [e for e in entries if not e.deleted]
+
+    # -- leases -------------------------------------------------------------------------------
+
+    async def acquire_lease(self, name: str, ttl_s: float) -> LeaseToken | None:
+        check_ttl(ttl_s)
+        token = new_lease_token()
+        with self._errors():
+            won = await self._client.set(
+                f"{self.prefix}lease:{name}", token, nx=True, px=max(1, math.ceil(ttl_s * 1000))
+            )
+        if not won:
+            return None
+        return LeaseToken(name=name, token=token, expires_at=time.time() + ttl_s)
+
+    async def release_lease(self, lease: LeaseToken) -> bool:
+        released = await self._run("release", [f"{self.prefix}lease:{lease.name}"], [lease.token])
+        return bool(released)
+
+    # -- sessions -----------------------------------------------------------------------------
+
+    async def get_epoch(self, session_id: str) -> int:
+        with self._errors():
+            epoch = await self._client.hget(f"{self.prefix}s:{session_id}", "epoch")
+        return 0 if epoch is None else int(epoch)
+
+    async def clear(self, session_id: str, types: Sequence[str] | None = None) -> int:
+        s, _, a, z, x = self._session_keys(session_id)
+        if types is None:
+            flags, namespaces = ["1", "1"], []
+        else:
+            history = "1" if "history" in types else "0"
+            flags = ["0", history]
+            namespaces = [t for t in dict.fromkeys(types) if t != "history"]
+        keys = [s, a, z, x, self._sessions, self._mk(session_id)]
+        epoch = await self._run("clear", keys, [self.prefix, session_id, *flags, *namespaces])
+        return int(epoch)
+
+    async def delete_messages(self, session_id: str, seqs: Sequence[int]) -> list[int]:
+        wanted = sorted({int(seq) for seq in seqs})
+        if not wanted:
+            return []
+        found = await self._run("delete_messages", self._session_keys(session_id), wanted)
+        return [int(seq) for seq in found]
+
+    async def forget(self, session_id: str) -> None:
+        keys = [*self._session_keys(session_id), self._sessions, self._mk(session_id)]
+        await self._run("forget", keys, [self.prefix, session_id])
+
+    async def list_sessions(self) -> list[SessionInfo]:
+        flat = await self._run("list_sessions", [self._sessions], [self.prefix])
+        infos = [
+            SessionInfo(
+                session_id=flat[i],
+                epoch=int(flat[i + 1]),
+                last_seq=int(flat[i + 2]),
+                updated_at=None if flat[i + 3] is None else to_datetime(int(flat[i + 3]) / 1000),
+                active=int(flat[i + 4]),
+                archived=int(flat[i + 5]),
+            )
+            for i in range(0, len(flat), 6)
+        ]
+        return sorted(infos, key=lambda info: info.session_id)
+
+    async def close(self) -> None:
+        """Close the pool's connections; later calls raise ``RuntimeError``. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._client.aclose(close_connection_pool=True)
+
+
+# -- records ----------------------------------------------------------------------------------
+
+
+def _message(seq: str | int, raw: str, archived: str | None) -> Message:
+    # raw = {"epoch":E,"role":R,"kind":K,"tokens":N,"body":{...}}; the head holds no strings
+    # but the role and kind literals, so the first ',"body":' ends it.
+    cut = raw.index(',"body":')
+    head = json.loads(raw[:cut] + "}")
+    return message_from_row(
+        role=head["role"],
+        kind=head["kind"],
+        body=raw[cut + len(',"body":') : -1],
+        seq=int(seq),
+        epoch=head["epoch"],
+        tokens=head["tokens"],
+        archived=archived,
+    )
+
+
+def _messages(flat: list[Any]) -> list[Message]:
+    return [_message(flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]
+
+
+def _entry(namespace: str, key: str, raw: str) -> MetadataEntry:
+    data = json.loads(raw)
+    return MetadataEntry(
+        namespace=namespace,
+        key=key,
+        value=data["value"],
+        version=data["version"],
+        deleted=data["deleted"],
+        updated_at=to_datetime(data["updated_at"] / 1000),
+    )
+
+
+def _dump_value(value: dict[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -61,33 +61,25 @@ def register(cli: Any, open_host: Any) -> None:
 
         asyncio.run(run())
 
-    @cli.command("compress")
-    @click.argument("session")
-    @click.option("--json", "as_json", is_flag=True)
-    @click.pass_context
-    def compress(ctx: click.Context, session: str, as_json: bool) -> None:
-        """Compress a session now (ignores the threshold)."""
+    def status_command(name: str, method: str, help_text: str) -> None:
+        """A command that runs one pipeline entry point and prints its final status."""
 
-        async def run() -> dict[str, Any]:
-            async with open_host(ctx) as host:
-                result: dict[str, Any] = await _plugin(host).compress(session)
-                return result
+        @cli.command(name, help=help_text)
+        @click.argument("session")
+        @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+        @click.pass_context
+        def command(ctx: click.Context, session: str, as_json: bool) -> None:
+            async def run() -> dict[str, Any]:
+                async with open_host(ctx) as host:
+                    result: dict[str, Any] = await getattr(_plugin(host), method)(session)
+                    return result
 
-        _echo_status(asyncio.run(run()), as_json)
+            _echo_status(asyncio.run(run()), as_json)
 
-    @cli.command("rebuild")
-    @click.argument("session")
-    @click.option("--json", "as_json", is_flag=True)
-    @click.pass_context
-    def rebuild(ctx: click.Context, session: str, as_json: bool) -> None:
-        """Rebuild a session's summary from its archived and active messages."""
-
-        async def run() -> dict[str, Any]:
-            async with open_host(ctx) as host:
-                result: dict[str, Any] = await _plugin(host).rebuild(session)
-                return result
-
-        _echo_status(asyncio.run(run()), as_json)
+    status_command("compress", "compress", "Compress a session now (ignores the threshold).")
+    status_command(
+        "rebuild", "rebuild", "Rebuild a session's summary from its archived and active messages."
+    )
 
     @cli.command("pin")
     @click.argument("session")

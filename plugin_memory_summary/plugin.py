@@ -435,6 +435,10 @@ class MemorySummaryPlugin:
                     "reason": "another process is compressing this session",
                     "stats": {},
                 }
+            # A run never outlives its lease: past 80% of it, the rules engine finishes the run
+            # (as past a hard deadline), so another process cannot take over a live compression.
+            lease_end = time.monotonic() + 0.8 * self.config.lease_ttl_s
+            deadline = lease_end if deadline is None else min(deadline, lease_end)
             try:
                 for _ in range(3):
                     result = await self._compress_once(session_id, reason, deadline)
@@ -752,6 +756,19 @@ class MemorySummaryPlugin:
         """The current summary text of a session, or ``None``."""
         record = await self.show(session_id)
         return record.text if record and record.text else None
+
+    async def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no background compression of this process runs; return whether it is
+        idle (``False`` when ``timeout`` passed first). For hosts that want to settle before
+        reading the store, and for tests."""
+        loop = asyncio.get_running_loop()
+        end = None if timeout is None else loop.time() + timeout
+        while pending := [t for t in self._background if not t.done()]:
+            left = None if end is None else end - loop.time()
+            if left is not None and left <= 0:
+                return False
+            await asyncio.wait(pending, timeout=left)
+        return True
 
     async def show(self, session_id: str) -> SummaryRecord | None:
         assert self.memory is not None

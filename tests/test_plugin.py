@@ -22,11 +22,7 @@ from plugin_memory_summary.hygiene import SUMMARY_CLOSE, SUMMARY_OPEN
 
 async def drain(h: Any) -> None:
     """Wait for the plugin's background work."""
-    for _ in range(200):
-        pending = [t for t in h.plugin._background if not t.done()]
-        if not pending:
-            return
-        await asyncio.wait(pending, timeout=5)
+    assert await h.plugin.wait_idle(timeout=60)
 
 
 # -- config ------------------------------------------------------------------------------------

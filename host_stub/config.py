@@ -81,7 +81,7 @@ def one_line_error(source: str, error: ValidationError, prefix: str = "") -> str
     reason = first["msg"]
     if first["type"] == "extra_forbidden":
         reason = "unknown key"
-    elif "input" in first and first["type"] not in ("missing",):
+    elif "input" in first and first["type"] not in ("missing",) and first["loc"]:
         reason = f"{reason} (got {first['input']!r})"
     more = len(error.errors()) - 1
     tail = f" (and {more} more)" if more else ""
@@ -91,13 +91,17 @@ def one_line_error(source: str, error: ValidationError, prefix: str = "") -> str
 def read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:
-            return tomllib.load(fh)
+            raw = fh.read()
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: invalid UTF-8 (TOML files are UTF-8)") from None
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
 def load_host_config(path: str | Path | None, **overrides: Any) -> HostConfig:

@@ -7,9 +7,10 @@ once at append time, the archive reason once archived, and free metadata.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "ArchiveReason",
@@ -18,6 +19,7 @@ __all__ = [
     "Role",
     "ToolCall",
     "ToolCallFunction",
+    "scrub_surrogates",
     "text_of",
     "tool_groups",
 ]
@@ -28,12 +30,37 @@ MessageKind = Literal["message", "event-marker"]
 #: summary record covers it; the others are explicit strategies, fallbacks or user actions.
 ArchiveReason = Literal["summarized", "window", "fallback-trim", "cleared", "deleted"]
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scrub_surrogates(text: str) -> str:
+    """Text every store and model can encode: a surrogate pair written as two code points is
+    joined, a lone surrogate becomes U+FFFD (JSON may spell one: ``"\\ud800"``)."""
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        return scrub_surrogates(value)
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _scrub(v) for k, v in value.items()}
+    return value
+
 
 class ToolCallFunction(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     name: str
     arguments: str = ""
+
+    @field_validator("name", "arguments", mode="before")
+    @classmethod
+    def _encodable(cls, value: Any) -> Any:
+        return _scrub(value)
 
 
 class ToolCall(BaseModel):
@@ -61,6 +88,11 @@ class Message(BaseModel):
     epoch: int | None = None
     archived: ArchiveReason | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("content", "name", "tool_call_id", "metadata", mode="before")
+    @classmethod
+    def _encodable(cls, value: Any) -> Any:
+        return _scrub(value)
 
     def to_openai(self) -> dict[str, Any]:
         """The message as an OpenAI-format dict, without the store's own fields."""

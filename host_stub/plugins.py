@@ -61,6 +61,8 @@ def read_manifest(module_name: str) -> tuple[PluginManifest | None, str]:
         text = resource.read_text(encoding="utf-8")
     except (ModuleNotFoundError, FileNotFoundError):
         return None, ""
+    except UnicodeDecodeError:
+        raise ConfigError(f"{package}/plugin.toml: invalid UTF-8 (TOML files are UTF-8)") from None
     source = f"{package}/plugin.toml"
     try:
         data = tomllib.loads(text)

@@ -51,6 +51,8 @@ PLUGIN_NAME = "memory-summary"
 log = logging.getLogger("plugin_memory_summary")
 
 FINAL = ("done", "error", "skipped")
+#: The ``skipped`` reason when another run holds the session's compression lease.
+LEASE_BUSY = "another run (in this or another process) holds the session's lease"
 _LOST_RACE = "lost-race"
 
 
@@ -99,6 +101,8 @@ class MemorySummaryPlugin:
         self._running: dict[str, asyncio.Task[dict[str, Any]]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._semaphore: asyncio.Semaphore | None = None
+        #: Sessions whose run waits for a slot under max_concurrent_summaries.
+        self._queued: set[str] = set()
         self._blocks: dict[tuple[str, int, int], tuple[str, int]] = {}
         self._ids = itertools.count(1)
         self._receivers: list[tuple[str, Callable[..., Any]]] = []
@@ -389,7 +393,12 @@ class MemorySummaryPlugin:
     ) -> dict[str, Any]:
         task = self._running.get(session_id)
         joined = task is not None and not task.done()
-        if task is None or task.done():
+        if joined and reason == "hard" and session_id in self._queued:
+            # The running request still waits for a slot under max_concurrent_summaries; a
+            # blocking request bypasses the cap instead of queueing behind it (the lease keeps
+            # the two runs apart; the queued one then finds less or nothing to do).
+            joined = False
+        if not joined:
             task = asyncio.ensure_future(self._run(session_id, reason, deadline))
             self._running[session_id] = task
             task.add_done_callback(lambda t, s=session_id: self._forget_task(s, t))
@@ -418,40 +427,55 @@ class MemorySummaryPlugin:
             del self._running[session_id]
 
     async def _run(self, session_id: str, reason: str, deadline: float | None) -> dict[str, Any]:
-        assert self.memory is not None and self._semaphore is not None
-        gate = contextlib.nullcontext() if reason == "hard" else self._semaphore
-        async with gate:
+        assert self._semaphore is not None
+        if reason == "hard":  # blocking requests bypass the global cap
+            return await self._run_leased(session_id, reason, deadline)
+        self._queued.add(session_id)
+        try:
+            await self._semaphore.acquire()
+        finally:
+            self._queued.discard(session_id)
+        try:
+            return await self._run_leased(session_id, reason, deadline)
+        finally:
+            self._semaphore.release()
+
+    async def _run_leased(
+        self, session_id: str, reason: str, deadline: float | None
+    ) -> dict[str, Any]:
+        """One run under the session's cross-process lease."""
+        assert self.memory is not None
+        lease = await self.memory.acquire_lease(
+            f"{PLUGIN_NAME}:{session_id}", self.config.lease_ttl_s
+        )
+        while lease is None and deadline is not None and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
             lease = await self.memory.acquire_lease(
                 f"{PLUGIN_NAME}:{session_id}", self.config.lease_ttl_s
             )
-            while lease is None and deadline is not None and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-                lease = await self.memory.acquire_lease(
-                    f"{PLUGIN_NAME}:{session_id}", self.config.lease_ttl_s
-                )
-            if lease is None:
-                return {
-                    "status": "skipped",
-                    "reason": "another process is compressing this session",
-                    "stats": {},
-                }
-            # A run never outlives its lease: past 80% of it, the rules engine finishes the run
-            # (as past a hard deadline), so another process cannot take over a live compression.
-            lease_end = time.monotonic() + 0.8 * self.config.lease_ttl_s
-            deadline = lease_end if deadline is None else min(deadline, lease_end)
-            try:
-                for _ in range(3):
-                    result = await self._compress_once(session_id, reason, deadline)
-                    if result["status"] != _LOST_RACE:
-                        return result
-                return {
-                    "status": "skipped",
-                    "reason": "lost the commit race three times",
-                    "stats": {},
-                }
-            finally:
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(self.memory.release_lease(lease))
+        if lease is None:
+            return {
+                "status": "skipped",
+                "reason": LEASE_BUSY,
+                "stats": {},
+            }
+        # A run never outlives its lease: past 80% of it, the rules engine finishes the run
+        # (as past a hard deadline), so another process cannot take over a live compression.
+        lease_end = time.monotonic() + 0.8 * self.config.lease_ttl_s
+        deadline = lease_end if deadline is None else min(deadline, lease_end)
+        try:
+            for _ in range(3):
+                result = await self._compress_once(session_id, reason, deadline)
+                if result["status"] != _LOST_RACE:
+                    return result
+            return {
+                "status": "skipped",
+                "reason": "lost the commit race three times",
+                "stats": {},
+            }
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.memory.release_lease(lease))
 
     # -- the pipeline --------------------------------------------------------------------------
     def _count(self, text: str) -> int:
@@ -556,6 +580,15 @@ class MemorySummaryPlugin:
                 "reason": f"{len(conv)} messages, below threshold {cfg.threshold}",
                 "stats": {},
             }
+        if len(conv) <= 1 or (
+            reason not in ("auto", "hard")
+            and cut_point(snap.messages, cfg.keep_recent, cfg.keep_recent_tokens) is None
+        ):
+            return {
+                "status": "skipped",
+                "reason": f"nothing to compress ({len(conv)} active messages)",
+                "stats": {},
+            }
         window = self._context_window(session_id)
         budget = self._budget(window)
         keep_tokens = cfg.keep_recent_tokens
@@ -612,7 +645,10 @@ class MemorySummaryPlugin:
         batches = split_batches(cut.messages, self._batch_tokens(budget))[: cfg.max_batches_per_run]
         covered = batches[-1][-1].seq or 0
         archived_tokens = sum(m.tokens or 0 for b in batches for m in b)
-        tokens_before = sum(m.tokens or 0 for m in conv)
+        # What these messages and the summary take in the context now.
+        tokens_before = sum(m.tokens or 0 for m in conv) + (
+            self._count(record.text) if record else 0
+        )
         if reason == "auto" and breakdown:
             # The soft mark is not urgent: a compression that frees little waits until it can
             # free more (the hard mark, if it comes first, compresses regardless).
@@ -659,7 +695,11 @@ class MemorySummaryPlugin:
             deadline=deadline,
         )
         stats.update(
-            model=model, cost=outcome.cost, fallback=outcome.fallback, llm_calls=outcome.llm_calls
+            model=model,
+            engine="llm" if model and not outcome.fallback else "rules",
+            cost=outcome.cost,
+            fallback=outcome.fallback,
+            llm_calls=outcome.llm_calls,
         )
         status = "error" if outcome.errors else "done"
         why = "; ".join(outcome.errors + outcome.notes) or reason
@@ -731,7 +771,12 @@ class MemorySummaryPlugin:
                 await self.archive.save_message(session_id, marker)
             except Exception:
                 log.exception("could not write the compression marker of %s", session_id)
-        tokens_after = tokens_before - archived_tokens + summary_tokens
+        tokens_after = (
+            tokens_before
+            - archived_tokens
+            - (self._count(record.text) if record else 0)
+            + summary_tokens
+        )
         return await self._finish(session_id, stats, started, tokens_after, status, why)
 
     async def _finish(
@@ -845,7 +890,11 @@ class MemorySummaryPlugin:
 
         return await self._update_record(session_id, change)
 
-    async def unpin(self, session_id: str, fact: str) -> SummaryRecord:
+    async def unpin(self, session_id: str, fact: str) -> SummaryRecord | None:
+        """Unpin a fact; ``None`` (and nothing written) when the session has no summary."""
+        if await self.show(session_id) is None:
+            return None
+
         def change(record: SummaryRecord) -> SummaryRecord:
             pinned = [f for f in record.payload.pinned_facts if f != fact]
             payload = record.payload.model_copy(update={"pinned_facts": pinned})
@@ -867,6 +916,9 @@ class MemorySummaryPlugin:
             if m.archived == "summarized"
         ]
         archived = conversation_messages(archived)
+        if record is None and not archived:
+            # Nothing summarized yet: there is no summary to rebuild, only history to compress.
+            return await self.request(session_id, "manual")
         start = SummaryPayload(pinned_facts=record.payload.pinned_facts if record else [])
         window = self._context_window(session_id)
         budget = self._budget(window)

@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from host_stub.messages import Message
 from host_stub.services import LLMService
@@ -33,6 +34,11 @@ log = logging.getLogger("plugin_memory_summary")
 
 class SummarizerError(Exception):
     """The summarizer's answer cannot be stored (the reason is the message, never its text)."""
+
+    def __init__(self, reason: str, *, cut_by_deadline: bool = False) -> None:
+        super().__init__(reason)
+        #: The call ran out of the run's deadline, not of its own timeout: not a failure.
+        self.cut_by_deadline = cut_by_deadline
 
 
 @dataclass
@@ -86,6 +92,16 @@ def redact_messages(messages: Sequence[Message], redactor: Redactor) -> list[Mes
     return out
 
 
+def _redacted(value: Any, redactor: Redactor) -> Any:
+    if isinstance(value, str):
+        return redactor.redact(value)
+    if isinstance(value, list):
+        return [_redacted(v, redactor) for v in value]
+    if isinstance(value, dict):
+        return {k: _redacted(v, redactor) for k, v in value.items()}
+    return value
+
+
 def _carry(previous: SummaryPayload | None, payload: SummaryPayload) -> SummaryPayload:
     """What every merge keeps from the previous payload whatever the summarizer said: pinned
     facts, and the identifiers it already carried."""
@@ -108,6 +124,8 @@ async def _llm_merge(
     lang: str,
     timeout: float,
     outcome: SummarizeOutcome,
+    redactor: Redactor,
+    deadline_bound: bool = False,
 ) -> SummaryPayload:
     transcript = render_transcript(
         batch,
@@ -115,13 +133,19 @@ async def _llm_merge(
         message_truncate_chars=config.message_truncate_chars,
         lang=lang,
     )
+    # The previous summary and pinned facts leave for the summarizer too: a user's edit or pin,
+    # or a record written before a redact pattern was added, may hold a secret.
+    try:
+        shown = _redacted(previous.model_dump(), redactor) if previous else None
+    except RedactionError as exc:
+        raise SummarizerError(f"redaction of the previous summary failed: {exc}") from None
     prompt = build_summary_messages(
-        previous=previous.model_dump(exclude={"pinned_facts"}) if previous else None,
+        previous={k: v for k, v in shown.items() if k != "pinned_facts"} if shown else None,
         transcript=transcript,
         lang=lang,
         custom_prompt=config.summary_prompt,
         budget_tokens=budget,
-        pinned_facts=previous.pinned_facts if previous else (),
+        pinned_facts=shown["pinned_facts"] if shown else (),
     )
     outcome.llm_calls += 1
     try:
@@ -133,10 +157,14 @@ async def _llm_merge(
                 temperature=config.summary_temperature,
                 timeout=timeout,
             ),
-            timeout + 1.0,
+            # A summarizer that ignores its timeout is cut off a little later; under a deadline
+            # (a blocking compression), exactly at it.
+            timeout if deadline_bound else timeout + 1.0,
         )
     except TimeoutError:
-        raise SummarizerError(f"timed out after {timeout:.1f}s") from None
+        raise SummarizerError(
+            f"timed out after {timeout:.1f}s", cut_by_deadline=deadline_bound
+        ) from None
     except asyncio.CancelledError:
         raise
     except Exception as exc:
@@ -192,7 +220,7 @@ async def summarize_batches(
             outcome.errors.append(f"redaction failed ({exc}); the rules engine merged the batch")
             outcome.fallback = "rules"
         if model is None:
-            outcome.fallback = "rules"
+            pass  # no model configured: the rules engine is the summarizer, not a fallback
         elif not redacted:
             pass
         elif remaining is not None and remaining <= 0.05:
@@ -215,13 +243,22 @@ async def summarize_batches(
                     lang=lang,
                     timeout=timeout,
                     outcome=outcome,
+                    redactor=redactor,
+                    deadline_bound=remaining is not None and remaining < config.summary_timeout_s,
                 )
             except SummarizerError as exc:
-                log.warning("summarizer failed (%s); fallback: %s", exc, config.fallback)
-                outcome.errors.append(str(exc))
-                outcome.fallback = config.fallback
-                if config.fallback == "trim":
-                    break
+                if exc.cut_by_deadline:
+                    # Past the deadline the rules engine finishes the run, whatever the fallback.
+                    outcome.fallback = "rules"
+                    outcome.notes.append(
+                        "deadline passed: the rules engine finished the compression"
+                    )
+                else:
+                    log.warning("summarizer failed (%s); fallback: %s", exc, config.fallback)
+                    outcome.errors.append(str(exc))
+                    outcome.fallback = config.fallback
+                    if config.fallback == "trim":
+                        break
         if merged is None:
             merged = rules_merge(
                 payload,

@@ -349,7 +349,9 @@ async def test_hard_compression_with_hanging_summarizer_finishes_by_rules_within
             if h.finals():
                 break
         final = h.finals()[0]
-        assert final["stats"]["fallback"] == "rules" and final["status"] == "error"
+        # Past the deadline the rules engine finishes: the run is done, not failed.
+        assert final["stats"]["fallback"] == "rules" and final["status"] == "done"
+        assert "deadline passed" in final["reason"]
         record = await h.plugin.show("s")
         assert record is not None and record.fallback == "rules" and "timed out" not in record.text
     finally:
@@ -415,7 +417,8 @@ async def test_no_model_uses_rules_without_any_llm_call() -> None:
     try:
         await h.turns("s", 4)
         result = await h.plugin.compress("s")
-        assert result["status"] == "done" and result["stats"]["fallback"] == "rules"
+        assert result["status"] == "done" and result["stats"]["engine"] == "rules"
+        assert result["stats"]["fallback"] is None  # nothing failed: rules is the summarizer here
         assert llm.calls == []
         assert "user message" in ((await h.plugin.get_conversation_summary("s")) or "")
     finally:
@@ -821,7 +824,7 @@ async def test_lease_held_elsewhere_skips_and_an_expired_one_is_taken_over() -> 
         other = await h.host.memory.acquire_lease("memory-summary:s", 0.3)  # another process
         assert other is not None
         result = await h.plugin.compress("s")
-        assert result["status"] == "skipped" and "another process" in result["reason"]
+        assert result["status"] == "skipped" and "holds the session's lease" in result["reason"]
         await asyncio.sleep(0.35)
         assert (await h.plugin.compress("s"))["status"] == "done"
         # The plugin released its own lease.

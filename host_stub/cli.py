@@ -21,7 +21,7 @@ import click
 from . import signals
 from .config import ConfigError, HostConfig, load_host_config
 from .host import Host
-from .transcripts import TranscriptError, load_transcript, split_turns
+from .transcripts import TranscriptError, load_transcript
 
 __all__ = ["cli", "main"]
 
@@ -113,41 +113,379 @@ for _option in HOST_OPTIONS:
     cli.params.append(_option)
 
 
+# -- replay, demo, chat ---------------------------------------------------------------------------
+#: The plugin whose work ``replay``, ``demo`` and ``chat`` show.
+MEMORY_PLUGIN = "memory-summary"
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _error_line(text: str) -> str:
+    """A provider error in one line, without litellm's repeated prefixes
+    (``AuthenticationError: litellm.AuthenticationError: AuthenticationError: ...``)."""
+    parts: list[str] = []
+    for part in " ".join(str(text).split()).split(": "):
+        part = part.removeprefix("litellm.")
+        if not parts or parts[-1] != part:
+            parts.append(part)
+    return _one_line(": ".join(parts))
+
+
+def _check_memory_url(url: str) -> None:
+    """A memory URL no backend understands (or whose driver is not installed) is a user error
+    before anything runs; nothing is opened here."""
+    from .memory import open_memory
+
+    try:
+        open_memory(url, lambda message: 0)
+    except (ValueError, NotImplementedError, ModuleNotFoundError) as exc:
+        raise UserError(str(exc)) from None
+
+
+async def _stored_messages(url: str, session_id: str) -> int:
+    """How many messages ``session_id`` already has in the store at ``url`` (0 if none)."""
+    from .memory import open_memory
+
+    memory = open_memory(url, lambda message: 0)
+    try:
+        found = [s for s in await memory.list_sessions() if s.session_id == session_id]
+    finally:
+        await memory.close()
+    return found[0].active + found[0].archived if found else 0
+
+
+def _check_models(config: HostConfig, *, chat: bool) -> None:
+    """Pre-flight for the models a command will call (the summarizer, and with ``chat`` the chat
+    model): one clear line now instead of a failure later. litellm must know the provider; a
+    provider that needs an API key must have it; an ``api_base`` must accept connections."""
+    summary_model = config.plugin.get(MEMORY_PLUGIN, {}).get("summary_model")
+    wanted = [config.host.model, summary_model] if chat else [summary_model or config.host.model]
+    models = [m for m in dict.fromkeys(wanted) if m]
+    if not models:
+        return
+    from .llm import ensure_litellm
+
+    litellm = ensure_litellm()
+    api_base = config.host.api_base
+    for model in models:
+        try:
+            litellm.get_llm_provider(model=model, api_base=api_base)
+        except Exception:
+            raise UserError(
+                f"unknown model {model!r}: litellm cannot tell its provider; write "
+                f"provider/model (e.g. openai/{model.rsplit('/', 1)[-1]} with --api-base URL "
+                "for an OpenAI-compatible server)"
+            ) from None
+        if config.host.api_key:
+            continue
+        try:
+            env = litellm.validate_environment(model=model, api_base=api_base)
+        except Exception:  # litellm could not tell: let the first call say it
+            continue
+        missing = list(env.get("missing_keys") or [])
+        if not env.get("keys_in_environment") and missing and all(
+            k.endswith("_API_KEY") for k in missing
+        ):
+            keys = " or ".join(missing)
+            raise UserError(
+                f"model {model!r} needs {keys}, which is not set: export it (any value for a "
+                "local server that checks no key) or set api_key in the [host] config"
+            )
+    if api_base:
+        _check_reachable(api_base)
+
+
+def _check_reachable(url: str) -> None:
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"--api-base {url!r}: expected an http:// or https:// URL")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        socket.create_connection((parts.hostname, port), timeout=5).close()
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise UserError(f"cannot reach --api-base {url}: {reason}") from None
+
+
+def _check_plot(path: str | None) -> None:
+    if path is None:
+        return
+    from .report import PlotError, check_plot_target
+
+    try:
+        check_plot_target(path)
+    except PlotError as exc:
+        raise UserError(str(exc)) from None
+
+
+class _Screen:
+    """Progress and one line per compression on a terminal (rich); plain lines otherwise;
+    nothing but the final JSON with ``--json``."""
+
+    def __init__(self, quiet: bool) -> None:
+        from rich.console import Console
+
+        self.quiet = quiet
+        self.console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
+        self.progress: Any = None
+        self.tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> _Screen:
+        if not self.quiet and self.console.is_terminal:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self.progress = Progress(
+                TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("turns"), TimeElapsedColumn(), console=self.console, transient=True,
+            )
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def line(self, text: str) -> None:
+        if self.quiet:
+            return
+        if self.progress is not None:
+            self.progress.console.print(text, markup=False, highlight=False)
+        else:
+            click.echo(text)
+
+    def start(self, run: str, turns: int) -> None:
+        if self.progress is not None:
+            label = "with the plugin" if run == "with" else "without it (baseline)"
+            self.tasks[run] = self.progress.add_task(label, total=turns)
+
+    def turn(self, run: str, done: int) -> None:
+        if self.progress is not None and run in self.tasks:
+            self.progress.update(self.tasks[run], completed=done)
+
+
+async def _report_run(
+    config: HostConfig,
+    messages: list[Any],
+    session_id: str,
+    *,
+    title: str,
+    plot: str | None,
+    as_json: bool,
+    baseline: str,
+    store: str,
+    facts: dict[str, str] | None = None,
+    fresh: bool = False,
+) -> None:
+    """Replay ``messages`` with progress, one line per compression, then the report (and the
+    plot); shared by ``replay`` and ``demo``. With ``fresh``, a session that already has
+    messages is refused (the demo's numbers are those of a new session)."""
+    from .report import PlotError, compression_line, plot_report, render_report, run_replay
+
+    _check_memory_url(config.host.memory)
+    _check_models(config, chat=False)
+    stored = await _stored_messages(config.host.memory, session_id)
+    if stored and fresh:
+        raise UserError(
+            f"session {session_id!r} already has {stored} messages in {config.host.memory}: "
+            f"use another --db, or clear it first (host-stub clear {session_id})"
+        )
+    if stored and not as_json:
+        click.echo(
+            f"note: session {session_id!r} already has {stored} messages; the replay adds to them",
+            err=True,
+        )
+    with _Screen(quiet=as_json) as screen:
+        report = await run_replay(
+            config, messages, session_id, title=title, baseline=baseline, store=store,
+            facts=facts, on_start=screen.start, on_turn=screen.turn,
+            on_event=lambda event: screen.line(f"compression: {compression_line(event)}"),
+        )
+    if plot is not None:
+        try:
+            plot_report(report, plot)
+        except PlotError as exc:
+            raise UserError(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(report.to_dict() | {"plot": plot}, ensure_ascii=False))
+        return
+    with_plugin = report.with_plugin
+    click.echo(
+        f"replayed {report.messages} messages in {report.turns} turns into session "
+        f"{session_id!r}: {len(with_plugin.compressions)} compressions, {report.active} messages "
+        f"active, peak context {with_plugin.max} tokens"
+    )
+    click.echo("")
+    click.echo(render_report(report))
+    if plot is not None:
+        click.echo("")
+        click.echo(f"plot: {plot}")
+
+
+_BASELINE_OPTION = click.option(
+    "--baseline", type=click.Choice(["computed", "replay", "off"]), default="computed",
+    show_default=True,
+    help="The comparison without the plugin: computed from the run's own token counts, or "
+    "replayed a second time without the plugin on a throw-away store (slower, same numbers).",
+)
+_PLOT_OPTION = click.option(
+    "--plot", type=click.Path(dir_okay=False), metavar="FILE.svg|FILE.png",
+    help="Draw the context per turn, with and without the plugin (needs matplotlib).",
+)
+_JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+
+
 @host_options
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--session", "session_id", help="Session id (default: the file's name).")
+@_PLOT_OPTION
+@_JSON_OPTION
+@_BASELINE_OPTION
 @click.pass_context
 @run_async
-async def replay(ctx: click.Context, file: str, session_id: str | None) -> None:
+async def replay(
+    ctx: click.Context, file: str, session_id: str | None, plot: str | None, as_json: bool,
+    baseline: str,
+) -> None:
     """Replay an OpenAI-format conversation (JSON or JSONL) through the host, using the
-    recorded assistant replies instead of a model."""
+    recorded assistant replies instead of a model, and report what the memory plugin did.
+
+    Without --model the summaries come from the offline rules engine; with --model (any litellm
+    model string, --api-base for an OpenAI-compatible server) the plugin summarizes with it."""
+    _check_plot(plot)
     messages = load_transcript(file)
     session_id = session_id or Path(file).stem
-    turns = split_turns(messages)
-    async with open_host(ctx) as host:
-        compressions: list[dict[str, Any]] = []
-
-        async def on_status(sender: Any, **payload: Any) -> None:
-            if payload["status"] in ("done", "error") and payload["stats"].get("messages_summarized"):
-                compressions.append(payload)
-                stats = payload["stats"]
-                click.echo(
-                    f"compression: {stats['messages_summarized']} messages summarized, tokens "
-                    f"{stats.get('tokens_before')} -> {stats.get('tokens_after')}"
-                    + (f", fallback {stats['fallback']}" if stats.get("fallback") else "")
-                )
-
-        host.bus.connect(signals.SESSION_COMPRESSING, on_status)
-        peak = 0
-        for inputs, recorded in turns:
-            result = await host.run_turn(session_id, inputs, recorded=recorded)
-            peak = max([peak, *(u.used for u in result.usage)])
-        history = await host.memory.get_history(session_id)
-    click.echo(
-        f"replayed {len(messages)} messages in {len(turns)} turns into session {session_id!r}: "
-        f"{len(compressions)} compressions, {len(history)} messages active, peak context {peak} tokens"
+    config = host_config(ctx)
+    await _report_run(
+        config, messages, session_id, title=Path(file).name, plot=plot, as_json=as_json,
+        baseline=baseline, store=config.host.memory,
     )
+
+
+@host_options
+@cli.command()
+@click.option("--turns", default=300, show_default=True, type=click.IntRange(20, 5000),
+              help="User turns of the generated conversation.")
+@click.option("--seed", default=7, show_default=True, help="Seed of the generator.")
+@click.option("--print-config", is_flag=True, help="Print the demo's host config and exit.")
+@click.option("--save", type=click.Path(dir_okay=False), metavar="FILE.jsonl",
+              help="Also write the generated conversation (OpenAI-format JSONL).")
+@_PLOT_OPTION
+@_JSON_OPTION
+@_BASELINE_OPTION
+@click.pass_context
+@run_async
+async def demo(
+    ctx: click.Context, turns: int, seed: int, print_config: bool, save: str | None,
+    plot: str | None, as_json: bool, baseline: str,
+) -> None:
+    """Generate a long conversation (trip planning and coding help, tool calls, some Chinese)
+    and replay it through the host with the memory plugin: offline, no API key.
+
+    Runs with the config `--print-config` shows (a small 8k context window); pass your own with
+    --config. The store is a temporary SQLite file unless --db or --memory names one."""
+    import tempfile
+
+    from .demo import DEMO_CONFIG, EARLY_FACTS, generate_conversation
+    from .messages import Message
+
+    if print_config:
+        click.echo(DEMO_CONFIG, nl=False)
+        return
+    _check_plot(plot)
+    obj = ctx.find_root().ensure_object(dict) | ctx.ensure_object(dict)
+    with tempfile.TemporaryDirectory(prefix="host-stub-demo-") as tmp:
+        memory = obj.get("memory") or (f"sqlite:///{obj['db']}" if obj.get("db") else None)
+        if memory is None and obj.get("config"):
+            from .config import read_toml
+
+            memory = (read_toml(Path(obj["config"])).get("host") or {}).get("memory")
+        temporary = memory is None
+        if temporary:
+            memory = f"sqlite:///{Path(tmp) / 'demo.db'}"
+        if obj.get("config"):
+            config = load_host_config(
+                obj["config"], memory=memory, model=obj.get("model"), api_base=obj.get("api_base")
+            )
+        else:
+            path = Path(tmp) / "demo.toml"
+            path.write_text(DEMO_CONFIG, encoding="utf-8")
+            config = load_host_config(
+                path, memory=memory, model=obj.get("model"), api_base=obj.get("api_base")
+            )
+            config.source = "<demo config>"
+        raw = generate_conversation(turns=turns, seed=seed)
+        if save is not None:
+            try:
+                Path(save).write_text(
+                    "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in raw),
+                    encoding="utf-8",
+                )
+            except OSError as exc:
+                raise UserError(f"{save}: cannot write: {exc.strerror}") from None
+        messages = [Message.model_validate(m) for m in raw]
+        store = memory
+        if temporary:
+            store = "a temporary SQLite file, gone at exit: keep it with --db PATH"
+        await _report_run(
+            config, messages, "demo", title=f"demo ({turns} turns, seed {seed})", plot=plot,
+            as_json=as_json, baseline=baseline, store=store, facts=EARLY_FACTS, fresh=True,
+        )
+    if not as_json and not temporary:
+        click.echo("")
+        click.echo("inspect it: host-stub summary demo, host-stub sessions (same --db/--memory)")
+
+
+# -- chat ---------------------------------------------------------------------------------------
+class _TurnErrorsShownByChat(logging.Filter):
+    """``chat`` prints a failed turn itself, in one line; the host's log line would repeat it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("turn failed")
+
+
+class _Lines:
+    """Lines of standard input read by a daemon thread, so a blocked read never keeps the
+    process alive (Ctrl-C, or leaving while a background compression finishes)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+        threading.Thread(target=self._read, name="host-stub-stdin", daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            for line in sys.stdin:
+                if not self._put(line.rstrip("\r\n")):
+                    return
+        except (OSError, ValueError):
+            pass
+        self._put(None)
+
+    def _put(self, line: str | None) -> bool:
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, line)
+        except RuntimeError:  # the chat is over and its loop closed
+            return False
+        return True
+
+    async def next(self, prompt: str) -> str | None:
+        click.echo(prompt, nl=False)
+        return await self._queue.get()
 
 
 @host_options
@@ -156,49 +494,128 @@ async def replay(ctx: click.Context, file: str, session_id: str | None) -> None:
 @click.pass_context
 @run_async
 async def chat(ctx: click.Context, session_id: str) -> None:
-    """Chat with a model (streaming). Commands: /compress, /summary, /clear, /quit."""
+    """Chat with a model (streaming); the memory plugin summarizes as the chat grows.
+    Commands: /summary, /compress, /clear, /quit."""
+    config = host_config(ctx)
+    if not config.host.model:
+        raise UserError("chat needs a model: --model M (any litellm model string)")
+    _check_memory_url(config.host.memory)
+    _check_models(config, chat=True)
+    quiet = _TurnErrorsShownByChat()
+    logging.getLogger("host_stub.host").addFilter(quiet)
+    try:
+        await _chat(ctx, session_id)
+    finally:
+        logging.getLogger("host_stub.host").removeFilter(quiet)
+
+
+async def _chat(ctx: click.Context, session_id: str) -> None:
+    from .report import CompressionEvent, compression_line
+
     async with open_host(ctx) as host:
-        if not host.config.host.model:
-            raise UserError("chat needs a model: --model M (any litellm model string)")
-        plugin = host.plugins.get("memory-summary")
-        click.echo(f"chatting with {host.model} as session {session_id!r}; /quit to leave")
-        loop = asyncio.get_running_loop()
+        item = host.plugins.get(MEMORY_PLUGIN)
+        plugin = item.plugin if item is not None else None
+        window = host.context_window()
+        notices: list[str] = []
+
+        async def on_status(sender: Any, **payload: Any) -> None:
+            stats = payload.get("stats") or {}
+            if payload["session_id"] != session_id or payload["status"] not in ("done", "error"):
+                return
+            if stats.get("messages_summarized") or stats.get("messages_archived"):
+                event = CompressionEvent(
+                    turn=0, status=payload["status"], trigger=str(stats.get("trigger") or ""),
+                    reason=str(payload.get("reason") or ""),
+                    messages_summarized=int(stats.get("messages_summarized") or 0),
+                    messages_archived=int(stats.get("messages_archived") or 0),
+                    tokens_before=stats.get("tokens_before"),
+                    tokens_after=stats.get("tokens_after"), model=stats.get("model"),
+                    fallback=stats.get("fallback"),
+                )
+                notices.append(f"[memory: {compression_line(event)}]")
+
+        def flush() -> None:
+            while notices:
+                click.echo(notices.pop(0))
+
+        host.bus.connect(signals.SESSION_COMPRESSING, on_status)
+        click.echo(
+            f"chatting with {host.model} as session {session_id!r} (context window {window:,} "
+            f"tokens{'' if plugin else ', no memory plugin'}); /summary, /compress, /clear, /quit"
+        )
+        lines = _Lines()
+        replied = False
         while True:
-            line = await loop.run_in_executor(None, _prompt)
-            if line is None or line.strip() == "/quit":
+            flush()
+            line = await lines.next("you> ")
+            if line is None:
+                click.echo("")
                 break
             command = line.strip()
+            if command == "/quit":
+                break
             if not command:
                 continue
             if command == "/summary":
-                text = await plugin.plugin.get_conversation_summary(session_id) if plugin else None
+                text = await plugin.get_conversation_summary(session_id) if plugin else None
                 click.echo(text or "(no summary yet)")
                 continue
             if command == "/compress":
                 if plugin is None:
                     click.echo("(no memory plugin loaded)")
                     continue
-                result = await plugin.plugin.compress(session_id)
-                click.echo(f"[compress: {result['status']} {result.get('reason', '')}]")
+                result = await plugin.compress(session_id)
+                if result["status"] != "done" or not notices:
+                    reason = _one_line(result.get("reason") or "")
+                    click.echo(f"[compress: {result['status']}{': ' + reason if reason else ''}]")
                 continue
             if command == "/clear":
                 await host.clear(session_id)
-                click.echo("[cleared]")
+                click.echo("[cleared: history and summary of this session]")
+                continue
+            if command.startswith("/"):
+                click.echo(
+                    f"unknown command {command.split()[0]}: /summary, /compress, /clear, /quit"
+                )
                 continue
             click.echo("assistant> ", nl=False)
+            before = asyncio.all_tasks()
             result = await host.run_turn(
                 session_id, command, stream=True, on_delta=lambda d: click.echo(d, nl=False)
             )
+            spawned = asyncio.all_tasks() - before
             click.echo("")
             if result.outcome == "error":
-                click.echo(f"[error: {result.error}]", err=True)
+                error = _error_line(result.error or "unknown error")
+                if not replied:  # the model cannot be used at all: stop here, say why
+                    raise UserError(f"{host.model}: {error}")
+                click.echo(f"[error: {error}]", err=True)
+                continue
+            replied = replied or result.outcome == "replied"
+            if result.usage and result.sent:
+                click.echo(_chat_status(result, window))
+            if spawned:  # a compression this turn started: give it a moment to report
+                await asyncio.wait(spawned, timeout=CHAT_SETTLE_S)
+        flush()
 
 
-def _prompt() -> str | None:
-    try:
-        return input("you> ")
-    except EOFError:
-        return None
+#: After a turn, how long chat waits for a compression the turn started before the next prompt
+#: (a slower one is announced later).
+CHAT_SETTLE_S = 3.0
+
+
+def _chat_status(result: Any, window: int) -> str:
+    """What the turn's last prompt held:
+    ``[context 2,310/8,000 tokens (29%, 1,024 kept for the reply): 12 messages + summary 310]``."""
+    usage = result.usage[-1]
+    messages = sum(1 for m in result.sent[-1] if m.get("role") != "system")
+    b = usage.breakdown
+    memory = f" + summary {b.summary:,} tokens" if b.summary else ", no summary yet"
+    return (
+        f"[context {usage.used:,}/{window:,} tokens ({usage.usage_ratio:.0%}, "
+        f"{b.reserved_for_reply:,} kept for the reply): {messages} "
+        f"message{'' if messages == 1 else 's'}{memory}]"
+    )
 
 
 @host_options

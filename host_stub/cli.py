@@ -25,7 +25,13 @@ from .transcripts import TranscriptError, load_transcript
 
 __all__ = ["cli", "main"]
 
-USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, TranscriptError, FileNotFoundError)
+#: A store server that is down or refuses us is the user's to fix: one line, not a traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    ConfigError,
+    TranscriptError,
+    FileNotFoundError,
+    ConnectionError,
+)
 
 
 class UserError(click.ClickException):

@@ -145,20 +145,22 @@ def plan_watermark(
     fixed_tokens: int,
     summary_budget_tokens: int,
     newest_tokens: int,
+    summary_tokens_now: int = 0,
 ) -> WatermarkPlan:
     """Aim below the mark that fired by ``min_gain`` (so the next calls do not fire it again at
     once): the kept window may hold what is left of ``(mark - min_gain) x window`` after what
     cannot be compressed (system prompt, core system messages, tool definitions, reply reserve)
-    and the summary at its full budget, and always holds the newest message. When even that floor
-    reaches the mark, no compression can help: ``blocked`` says why (the caller warns once and
-    cools down instead of compressing on every call)."""
-    floor = fixed_tokens + summary_budget_tokens + newest_tokens
+    and the summary at its full budget, and always holds the newest message. When even the
+    floor (what cannot be compressed, the newest message and the summary as it is now) reaches
+    the mark, no compression can help: ``blocked`` says why (the caller warns once and waits for
+    the history to change instead of compressing on every call)."""
+    floor = fixed_tokens + min(summary_tokens_now, summary_budget_tokens) + newest_tokens
     if floor >= mark * context_window:
         return WatermarkPlan(
             None,
             blocked=(
-                f"what cannot be compressed ({floor} tokens: fixed {fixed_tokens}, summary budget "
-                f"{summary_budget_tokens}, newest message {newest_tokens}) reaches the watermark "
+                f"what cannot be compressed ({floor} tokens: fixed {fixed_tokens}, summary "
+                f"{summary_tokens_now}, newest message {newest_tokens}) reaches the watermark "
                 f"({mark:.0%} of {context_window})"
             ),
         )

@@ -7,11 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 import regex
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .config import PayloadCaps
 
 __all__ = [
+    "IDENTIFIER_SOURCES",
     "InProgressTask",
     "SummaryPayload",
     "TimelineEvent",
@@ -24,6 +25,11 @@ __all__ = [
     "refusal_reason",
     "render_payload",
 ]
+
+
+#: Where an identifier can come from, least trusted first: a tool result, an assistant's text,
+#: a tool call's arguments, the user's text.
+IDENTIFIER_SOURCES: tuple[str, ...] = ("tool", "assistant", "argument", "user")
 
 
 class InProgressTask(BaseModel):
@@ -58,6 +64,29 @@ class SummaryPayload(BaseModel):
     identifiers: list[str] = Field(default_factory=list)
     #: Facts a user pinned: every later merge keeps them, whatever the summarizer returns.
     pinned_facts: list[str] = Field(default_factory=list)
+    #: Bookkeeping, never rendered and never asked of a model: where the identifiers were seen,
+    #: as source -> identifiers (sources: ``IDENTIFIER_SOURCES``). The rules engine writes it so
+    #: an identifier the user typed stays ahead of tool-result ones across merges, whatever the
+    #: rest of the payload still says. An identifier listed under no source counts as
+    #: ``"assistant"`` (a model-written payload carries none). Identifiers are list values, not
+    #: keys, so redacting the payload's string values redacts them here too.
+    identifier_sources: dict[str, list[str]] = Field(default_factory=dict)
+
+    @field_validator("identifier_sources", mode="before")
+    @classmethod
+    def _known_sources(cls, value: Any) -> dict[str, list[str]]:
+        """Only known sources and string identifiers; anything else is dropped (a damaged
+        bookkeeping field must never make a stored record unreadable)."""
+        if not isinstance(value, dict):
+            return {}
+        out: dict[str, list[str]] = {}
+        for source in IDENTIFIER_SOURCES:
+            items = value.get(source)
+            if isinstance(items, list):
+                kept = [i for i in items if isinstance(i, str) and i.strip()]
+                if kept:
+                    out[source] = list(dict.fromkeys(kept))
+        return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -66,9 +95,49 @@ class SummaryPayload(BaseModel):
 # Every list in a payload is ordered oldest (least important) first, newest (most important)
 # last. Caps and the budget fitter drop from the head, so the tail survives longest. For
 # ``identifiers`` the rules engine sorts by priority as well as recency (identifiers a user typed
-# or a tool call used outrank ones that only appeared in a tool result), so "the tail" means "the
-# identifiers most worth keeping".
+# outrank ones a tool call used, which outrank ones an assistant wrote, which outrank ones that
+# only appeared in a tool result), so "the tail" means "the identifiers most worth keeping". The
+# priority is remembered across merges in ``identifier_sources``; ``apply_caps`` orders by it.
 # ---------------------------------------------------------------------------------------------
+
+#: The caps and the budget fitter keep higher tiers longer: what the user typed, over what a
+#: tool call used, over what an assistant wrote, over what only a tool returned. An identifier
+#: seen from several sources keeps the highest.
+_SOURCE_TIER = {name: tier for tier, name in enumerate(IDENTIFIER_SOURCES, start=1)}
+_DEFAULT_SOURCE = "assistant"
+
+
+def _stronger_source(a: str | None, b: str) -> str:
+    """The more trusted of two sources (``a`` may be unknown)."""
+    if a is None or _SOURCE_TIER[b] > _SOURCE_TIER[a]:
+        return b
+    return a
+
+
+def _sources_of(payload: SummaryPayload) -> dict[str, str]:
+    """identifier -> its recorded source (the most trusted when listed twice); identifiers
+    listed under no source are absent (they count as ``"assistant"``)."""
+    found: dict[str, str] = {}
+    for source in IDENTIFIER_SOURCES:
+        for ident in payload.identifier_sources.get(source, []):
+            found[ident.strip()] = _stronger_source(found.get(ident.strip()), source)
+    return found
+
+
+def _source_tier(source: str | None) -> int:
+    return _SOURCE_TIER[source or _DEFAULT_SOURCE]
+
+
+def _group_sources(identifiers: list[str], by_id: dict[str, str]) -> dict[str, list[str]]:
+    """The bookkeeping field for ``identifiers``: the recorded ones grouped by source, in the
+    order of ``identifiers``; the others left out (they count as ``"assistant"``)."""
+    groups: dict[str, list[str]] = {}
+    for ident in identifiers:
+        source = by_id.get(ident)
+        if source is not None:
+            groups.setdefault(source, []).append(ident)
+    return {s: groups[s] for s in IDENTIFIER_SOURCES if s in groups}
+
 
 _LIST_FIELDS = ("stable_facts", "user_profile", "decisions", "open_questions", "retrieval_hints")
 _GRAPHEME = regex.compile(r"\X")
@@ -124,13 +193,16 @@ def _fit_lines(text: str, limit: int) -> str:
 # --- identifiers ------------------------------------------------------------------------------
 
 _SCAN_ALTERNATIVES = {
-    "kv": r'"(?P<key>[A-Za-z_][A-Za-z0-9_\-]{0,40})"\s*:\s*"(?P<val>[^"\\\r\n]{1,200})"',
+    "kv": r'"(?P<key>[A-Za-z_][A-Za-z0-9_\-]{0,40})"\s*:\s*'
+    r'(?:"(?P<val>[^"\\\r\n]{1,200})"|(?P<num>-?\d{1,40}(?:\.\d+)?(?:[eE][+-]?\d+)?)(?![\w.]))',
     "datetime": r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?",
     "url": r"\b(?:https?|ftp)://[^\s<>\"'`]+",
     "email": r"\b[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)+",
     "winpath": r"\b[A-Za-z]:\\[^\s\"'<>|*?]*",
     "path": r"(?:~|\.{1,2})?/[A-Za-z0-9_.\-~]+(?:/[A-Za-z0-9_.\-~]+)*/?"
     r"|[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)+/?",
+    # A flight number: a two-letter airline code and 1-4 digits, spaced ("LH 716") or not.
+    "flight": r"(?<![\w\-/.@])[A-Z]{2}(?:\ \d{1,4}|\d{2,4})(?![\w\-]|[.,:/]\d)",
     "token": r"[A-Za-z0-9_]+(?:[-.][A-Za-z0-9_]+)*",
 }
 
@@ -139,19 +211,25 @@ def _scanner(*names: str) -> regex.Pattern[str]:
     return regex.compile("|".join(f"(?P<{n}>{_SCAN_ALTERNATIVES[n]})" for n in names))
 
 
-_SCAN_ALL = _scanner("kv", "datetime", "url", "email", "winpath", "path", "token")
-_SCAN_NO_KV = _scanner("datetime", "url", "email", "winpath", "path", "token")
-_SCAN_TOKENS = _scanner("token")
+_SCAN_ALL = _scanner("kv", "datetime", "url", "email", "winpath", "path", "flight", "token")
+_SCAN_NO_KV = _scanner("datetime", "url", "email", "winpath", "path", "flight", "token")
+_SCAN_TOKENS = _scanner("flight", "token")
+_SCAN_WORDS = _scanner("token")
 
 _ID_KEY_SUFFIX = regex.compile(
     r"(?:^|[_\-])(?:id|ids|uuid|guid|number|num|no|code|ref|reference|sku|pnr|locator)$"
 )
 _ID_KEY_CAMEL = regex.compile(r"[a-z0-9](?:Id|ID|Number|Num|No|Code|Ref)$")
-_PLAIN_NUMBER = regex.compile(r"(\d+)(?:[.,]\d+)?")
+#: A number with at most one separator and no letters: an amount, a range, a decimal.
+_PLAIN_NUMBER = regex.compile(r"(\d+)(?:([.,\-/])(\d+))?")
 _NUMERIC_DATE = regex.compile(r"\d{1,4}[/.\-]\d{1,2}[/.\-]\d{1,4}")
 _WORD_PLUS_DIGIT = regex.compile(r"[a-z]+[_\-]?\d")
+#: A count and its unit: "7-day", "24-hour", "5-star".
+_DIGIT_PLUS_WORD = regex.compile(r"\d{1,3}-[a-z]+")
 _HAS_EXTENSION = regex.compile(r"[A-Za-z0-9_\-]\.[A-Za-z0-9]{1,8}$")
 _TRAILING_PUNCT = ".,;:!?)]}'\""
+#: Digits from which a plain number reads as a phone, account or order number, not an amount.
+_LONG_NUMBER_DIGITS = 7
 #: Upper-case words that are shouting, not codes.
 _CAPS_STOPWORDS = frozenset(
     """ABOUT ABOVE ACTIVE AFTER AGAIN ALERT ALWAYS APPROVED AVAILABLE BELOW BOOKED CANCELED
@@ -161,22 +239,100 @@ _CAPS_STOPWORDS = frozenset(
     REQUIRED RESULT SHOULD SORRY STATUS SUCCESS THANK THANKS THERE THESE THOSE TODAY TOTAL
     UNPAID UPDATE UPPER URGENT USING VALID WARNING WHERE WHICH WHILE WORLD WOULD YOURS""".split()
 )
+#: Two-letter words and abbreviations that a number can follow without being a flight number.
+_NOT_AIRLINES = frozenset(
+    """AD AM AN AS AT BC BE BY CH DO DR EU FY GO HE HI ID IF IN IS IT ME MR MS MY ND NO NR OF OH
+    OK ON OR PG PM PP RD SO SS ST TH TO UK UN UP US VS WE""".split()
+)
+#: Words after which a code is named: "reservation HXDUBJ", "order no. 58392", "PNR: QWERTY",
+#: "确认号 ...". Fillers ("is", "ID", "number", ":", "#", quotes, bold) may come between.
+_ID_CUE = regex.compile(
+    r"(?:\b(?:reservations?|bookings?|confirmations?|conf|references?|refs?|locators?|pnrs?"
+    r"|orders?|tickets?|vouchers?|coupons?|promo|codes?|ids?|numbers?|invoices?|accounts?"
+    r"|tracking|membership|certificates?|serial|sku|zip|postcode|passport)"
+    r"|\bno\.|\bnr\.?|#|№|号|编号|单号|代码)"
+    r"(?:[\s:：#=*\"'“(\[\-]+(?:is|was|are|id|ids|number|no|code|reference|ref|是|为)\b)*"
+    r"[\s:：#=*\"'“(\[\-]*$",
+    regex.IGNORECASE,
+)
+_LIST_SEP = (
+    r"[\"'”*]*[ \t]*(?:[,;/、，；][ \t]*(?:(?:and|or)[ \t]+)?|(?:and|or|和|或)[ \t]*"
+    r"|\n\s*(?:[-*•]|\d{1,3}[.)])[ \t]+)[\"'“*]*"
+)
+#: Between two items of a list of codes ("DF89BM, COVE6R, and IIHXDG"; a bulleted list).
+_BETWEEN_CODES = regex.compile(_LIST_SEP)
+#: A letter-and-digit code right after a list separator.
+_NEXT_CODE = regex.compile(_LIST_SEP + r"(?=[A-Z]*\d)(?=\d*[A-Z])[A-Z0-9]{5,}\b")
+_QUOTES = {'"': '"', "'": "'", "“": "”"}
+_JSON_KEY_AFTER = regex.compile(r"[\"'”]\s*:")
 
 
 def _is_id_key(key: str) -> bool:
     return bool(_ID_KEY_SUFFIX.search(key.lower()) or _ID_KEY_CAMEL.search(key))
 
 
-def _token_is_identifier(token: str) -> bool:
+def _cued(text: str, start: int) -> bool:
+    """A code-naming word ("reservation", "order no.", "PNR", "#") right before ``start``."""
+    return bool(_ID_CUE.search(text, max(0, start - 60), start))
+
+
+def _quoted(text: str, start: int, end: int) -> bool:
+    """``text[start:end]`` is a whole quoted string (a JSON list item, a quoted code), not a
+    key (``"RATES": ...``)."""
+    if start == 0 or end >= len(text):
+        return False
+    close = _QUOTES.get(text[start - 1])
+    return close is not None and text[end] == close and not _JSON_KEY_AFTER.match(text, end)
+
+
+def _is_range(first: str, second: str) -> bool:
+    """``10-22``, ``1000-2000``: two numbers of the same width, ascending."""
+    return len(first) == len(second) and int(first) < int(second)
+
+
+def _number_is_identifier(number: regex.Match[str], text: str, start: int, end: int) -> bool:
+    """A plain number (at most one separator, no letters) is an amount, a range or a decimal
+    unless it is long (7+ digits: a phone, account or order number; a hyphenated pair that is
+    not a range), named as a code ("order 58392", "#58392") or quoted (a JSON string: amounts
+    are JSON numbers)."""
+    first, separator, second = number.group(1), number.group(2), number.group(3) or ""
+    if separator in (".", ","):
+        return False
+    if len(first) + len(second) >= _LONG_NUMBER_DIGITS and not (
+        separator and _is_range(first, second)
+    ):
+        return True
+    return _cued(text, start) or _quoted(text, start, end)
+
+
+def _caps_is_code(text: str, start: int, end: int, quoted_codes: bool, last_code: int) -> bool:
+    """An upper-case word is a code (``HXDUBJ``) rather than a word or a constant (``RATES``)
+    when something says so: a code-naming word before it, quotes around it (unless it is the
+    value of a non-id JSON key), or a list of codes it belongs to."""
+    if _cued(text, start) or (quoted_codes and _quoted(text, start, end)):
+        return True
+    if last_code >= 0 and _BETWEEN_CODES.fullmatch(text, last_code, start):
+        return True
+    return bool(_NEXT_CODE.match(text, end, min(len(text), end + 40)))
+
+
+def _token_is_identifier(
+    text: str, start: int, end: int, *, quoted_codes: bool = True, last_code: int = -1
+) -> bool:
+    token = text[start:end]
     if len(token) < 5:
         return False
     if any(c.isdigit() for c in token):
         number = _PLAIN_NUMBER.fullmatch(token)
         if number:
-            return len(number.group(1)) >= 5
-        return not _WORD_PLUS_DIGIT.fullmatch(token)
+            return _number_is_identifier(number, text, start, end)
+        return not (_WORD_PLUS_DIGIT.fullmatch(token) or _DIGIT_PLUS_WORD.fullmatch(token))
     if token.isupper() and token.replace("_", "").isalpha():
-        return token not in _CAPS_STOPWORDS and not token.startswith("_")
+        if token in _CAPS_STOPWORDS or token.startswith("_"):
+            return False
+        return _caps_is_code(text, start, end, quoted_codes, last_code) and not _shouted(
+            text, start, end
+        )
     return False
 
 
@@ -208,22 +364,54 @@ def _path_is_identifier(path: str) -> bool:
     return bool(_HAS_EXTENSION.search(path))
 
 
-def _scan(text: str, pattern: regex.Pattern[str], out: dict[str, None]) -> None:
-    for match in pattern.finditer(text):
+def _scan(
+    text: str,
+    pattern: regex.Pattern[str],
+    out: dict[str, None],
+    start: int = 0,
+    end: int | None = None,
+    *,
+    quoted_codes: bool = True,
+    state: list[int] | None = None,
+) -> None:
+    """Identifiers of ``text[start:end]`` into ``out``. The whole ``text`` is context (a cue word
+    before a code, quotes around it); ``state[0]`` is where the last code ended (lists of
+    codes)."""
+    state = state if state is not None else [-1]
+    for match in pattern.finditer(text, start, len(text) if end is None else end):
         kind = match.lastgroup
         whole = match.group()
         if kind == "kv":
-            value = match.group("val").strip()
+            key = match.group("key")
+            value = match.group("val")
+            if value is None:
+                # A JSON number: under an id key an id ("order_id": 58392011), else a quantity.
+                number = match.group("num")
+                if _is_id_key(key) and regex.fullmatch(r"\d{5,}", number):
+                    out.setdefault(number, None)
+                else:
+                    _scan(text, _SCAN_TOKENS, out, match.start(), match.start("num"), state=state)
+                continue
+            value = value.strip()
             if (
-                _is_id_key(match.group("key"))
+                _is_id_key(key)
                 and len(value) >= 3
                 and not any(c.isspace() for c in value)
                 and "," not in value
                 and not (_PLAIN_NUMBER.fullmatch(value) and len(value) < 5)
             ):
                 out.setdefault(value, None)
+                state[0] = match.end("val")
             else:
-                _scan(whole, _SCAN_NO_KV, out)
+                _scan(
+                    text,
+                    _SCAN_NO_KV,
+                    out,
+                    match.start(),
+                    match.end(),
+                    quoted_codes=False,
+                    state=state,
+                )
         elif kind in ("datetime", "url", "email"):
             out.setdefault(whole.rstrip(_TRAILING_PUNCT), None)
         elif kind == "winpath":
@@ -237,20 +425,51 @@ def _scan(text: str, pattern: regex.Pattern[str], out: dict[str, None]) -> None:
             elif _NUMERIC_DATE.fullmatch(value):
                 out.setdefault(value, None)
             else:
-                _scan(whole, _SCAN_TOKENS, out)
-        elif _token_is_identifier(whole) and not _shouted(text, match.start(), match.end()):
+                _scan(
+                    text,
+                    _SCAN_TOKENS,
+                    out,
+                    match.start(),
+                    match.end(),
+                    quoted_codes=quoted_codes,
+                    state=state,
+                )
+        elif kind == "flight":
+            if whole[:2] in _NOT_AIRLINES:  # "AM 10", "OK 200": read as ordinary tokens
+                _scan(
+                    text,
+                    _SCAN_WORDS,
+                    out,
+                    match.start(),
+                    match.end(),
+                    quoted_codes=quoted_codes,
+                    state=state,
+                )
+                continue
             out.setdefault(whole, None)
+            state[0] = match.end()
+        elif _token_is_identifier(
+            text, match.start(), match.end(), quoted_codes=quoted_codes, last_code=state[0]
+        ):
+            out.setdefault(whole, None)
+            state[0] = match.end()
 
 
 def extract_identifiers(text: str) -> list[str]:
     """Identifiers worth carrying verbatim, deduplicated, in first-seen order.
 
-    Kept: tokens of 5+ characters with a digit (user ids ``mia_li_3668``, payment ids, flight
-    numbers ``HAT136``, dates ``2024-05-20``, versions, order numbers of 5+ digits), e-mail
-    addresses, URLs, file paths (``/etc/x.conf``, ``C:\\x``, ``src/a/b.py``), upper-case codes of
-    5+ letters (``HATHAT``) and the string values of id-like JSON keys (``"reservation_id":
-    "ABC123"``). Not kept: ordinary words, numbers of fewer than 5 digits, times (``06:00``) and
-    words with one trailing digit (``address1``)."""
+    Kept: tokens of 5+ characters mixing letters and digits (user ids ``mia_li_3668``, payment
+    ids, flight numbers ``HAT136``, ``RES-47133``, versions ``v1.2.3``), flight numbers with a
+    two-letter airline code (``LH 716``, ``LH716``), dates (``2024-05-20``, ``05/20/2024``, ISO
+    date-times), e-mail addresses, URLs, file paths (``/etc/x.conf``, ``C:\\x``, ``src/a/b.py``),
+    numbers of 7+ digits (phone, account and order numbers), shorter ones of 5+ digits only when
+    named as a code ("order 58392", "#58392", ``订单号58392``) or quoted (a JSON string), upper-case
+    codes of 5+ letters only when named as a code ("reservation HXDUBJ", "PNR: QWERTY"), quoted
+    (``["HXDUBJ", ...]``) or listed with other codes, and the values of id-like JSON keys
+    (``"reservation_id": "ABC123"``, ``"order_id": 58392``). Not kept: ordinary words, amounts
+    and ranges (``12000``, ``10-22``, ``3.14``, a JSON number under a key such as ``amount``),
+    times (``06:00``), upper-case words that are shouting or constants (``RATES``), words with
+    one trailing digit (``address1``) and counts with their unit (``7-day``)."""
     found: dict[str, None] = {}
     if text:
         _scan(text, _SCAN_ALL, found)
@@ -523,14 +742,15 @@ def plain_text_gate(text: str, previous: SummaryPayload | None) -> str | None:
 
 def payload_from_text(text: str, previous: SummaryPayload | None) -> SummaryPayload:
     """Accepted plain text as a payload: the text is the summary, identifiers are those of
-    ``previous`` (the gate checked they are in the text) followed by the ones found in it, and
-    ``previous``'s pinned facts are kept."""
+    ``previous`` (the gate checked they are in the text, and their recorded sources stay)
+    followed by the ones found in it, and ``previous``'s pinned facts are kept."""
     prior = list(previous.identifiers) if previous else []
     identifiers = list(dict.fromkeys(prior + extract_identifiers(text)))
     return SummaryPayload(
         summary=text.strip(),
         identifiers=identifiers,
         pinned_facts=list(previous.pinned_facts) if previous else [],
+        identifier_sources=_group_sources(identifiers, _sources_of(previous)) if previous else {},
     )
 
 
@@ -552,6 +772,10 @@ def apply_caps(payload: SummaryPayload, caps: PayloadCaps) -> SummaryPayload:
     duplicates removed, each item cut to ``item_chars`` without splitting a grapheme; the goal is
     cut to ``goal_chars`` and the summary to ``summary_chars`` (oldest lines first). Identifiers
     are never cut (a cut identifier is a wrong one): one longer than ``item_chars`` is dropped.
+    When the payload records where its identifiers came from (``identifier_sources``), they are
+    first ordered by source, stably: tool-result ones, then assistant (and unrecorded) ones, then
+    the ones a tool call used, then the ones the user typed, so the cap drops the least trusted
+    first.
     Pinned facts are kept whole and never dropped."""
     n, chars = caps.list_items, caps.item_chars
     fields: dict[str, Any] = {
@@ -578,14 +802,20 @@ def apply_caps(payload: SummaryPayload, caps: PayloadCaps) -> SummaryPayload:
             timeline.append(item)
     identifiers = [i.strip() for i in payload.identifiers]
     identifiers = [i for i in identifiers if i and len(i) <= chars]
-    newest_first = list(dict.fromkeys(reversed(identifiers)))
+    identifiers = list(reversed(list(dict.fromkeys(reversed(identifiers)))))
+    sources = _sources_of(payload)
+    if sources:
+        # Stable: within a tier the list's own order (oldest first) stays.
+        identifiers.sort(key=lambda i: _source_tier(sources.get(i)))
+    kept = identifiers[max(0, len(identifiers) - caps.identifiers) :] if caps.identifiers else []
     return SummaryPayload(
         summary=_fit_lines(payload.summary, caps.summary_chars),
         conversation_goal=_cut(_one_line(payload.conversation_goal), caps.goal_chars),
         in_progress_tasks=tasks[-n:],
         timeline=list(reversed(timeline[: caps.timeline_items])),
-        identifiers=list(reversed(newest_first[: caps.identifiers])) if caps.identifiers else [],
+        identifiers=kept,
         pinned_facts=list(payload.pinned_facts),
+        identifier_sources=_group_sources(kept, sources),
         **fields,
     )
 
@@ -699,6 +929,8 @@ def _materialize(base: SummaryPayload, state: dict[str, int]) -> SummaryPayload:
     def tail(items: list[Any], keep: int) -> list[Any]:
         return list(items[len(items) - keep :]) if keep > 0 else []
 
+    identifiers = tail(base.identifiers, state["identifiers"])
+
     return SummaryPayload(
         summary=_fit_lines(base.summary, state["summary"]),
         conversation_goal=_cut(base.conversation_goal.strip(), state["conversation_goal"]),
@@ -712,9 +944,10 @@ def _materialize(base: SummaryPayload, state: dict[str, int]) -> SummaryPayload:
         ],
         timeline=[e.model_copy() for e in tail(base.timeline, state["timeline"])],
         retrieval_hints=tail(base.retrieval_hints, state["retrieval_hints"]),
-        identifiers=tail(base.identifiers, state["identifiers"]),
+        identifiers=identifiers,
         # Pinned facts are dropped from the newest end: only the last resort gets here.
         pinned_facts=list(base.pinned_facts[: state["pinned_facts"]]),
+        identifier_sources=_group_sources(identifiers, _sources_of(base)),
     )
 
 

@@ -79,6 +79,8 @@ class SessionState:
     context_window: int | None = None
     breakdown: dict[str, int] = field(default_factory=dict)
     cooldown_until: float = 0.0
+    #: Newest seq when a watermark compression was found unable to help (the cooldown's key).
+    blocked_seq: int | None = None
     warned: bool = False
     #: The numbers above were read from the store at least once in this process.
     synced: bool = False
@@ -162,7 +164,8 @@ class MemorySummaryPlugin:
             view.usage_ratio, self.config.hard_compress_threshold, dry_run=view.dry_run
         ):
             return
-        if time.monotonic() < state.cooldown_until:
+        newest = view.messages[-1].seq if view.messages else None
+        if time.monotonic() < state.cooldown_until and state.blocked_seq == newest:
             return
         try:
             await self.request(
@@ -260,7 +263,8 @@ class MemorySummaryPlugin:
             rebuilt=payload["rebuilt"],
         ):
             return
-        if session_id in self._running or time.monotonic() < state.cooldown_until:
+        cooling = time.monotonic() < state.cooldown_until and state.blocked_seq == state.last_seq
+        if session_id in self._running or cooling:
             return
         assert self.host is not None
         await self.host.bus.send(
@@ -613,9 +617,12 @@ class MemorySummaryPlugin:
                 fixed_tokens=fixed,
                 summary_budget_tokens=budget,
                 newest_tokens=conv[-1].tokens or 0,
+                summary_tokens_now=breakdown.get("summary", 0),
             )
             if plan.blocked is not None:
+                # Wait, but only while the history stays as it is: a new message re-plans.
                 state.cooldown_until = time.monotonic() + cfg.cooldown_s
+                state.blocked_seq = conv[-1].seq
                 if not state.warned:
                     state.warned = True
                     log.warning(

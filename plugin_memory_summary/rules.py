@@ -3,8 +3,9 @@ previous payload without any model: deterministic (no clock, no randomness, no s
 extractive (every item is text of the previous payload or of the messages, cut at most),
 idempotent (the same batch merged twice into its own result adds nothing) and always within the
 token budget. Identifiers are carried verbatim; when the cap forces a choice, the ones a user typed
-or a tool call used outrank the ones an assistant mentioned, which outrank the ones that only
-appeared in a tool result; newer outranks older.
+outrank the ones a tool call used, which outrank the ones an assistant mentioned, which outrank
+the ones that only appeared in a tool result, across merges (the payload records each
+identifier's source); within a tier newer outranks older.
 """
 
 from __future__ import annotations
@@ -19,12 +20,17 @@ from host_stub.messages import Message, text_of, tool_groups
 
 from .config import PayloadCaps
 from .payload import (
+    _SOURCE_TIER,
     InProgressTask,
     SummaryPayload,
     TimelineEvent,
     _cut,
     _fit_lines,
+    _group_sources,
     _one_line,
+    _source_tier,
+    _sources_of,
+    _stronger_source,
     apply_caps,
     extract_identifiers,
     fit_to_budget,
@@ -114,9 +120,6 @@ _LABELS = {
     },
     "zh": {"cares": "用户关注", "concluded": "已有结论", "sep": "：", "join": "；", "end": "。"},
 }
-
-# Identifier tiers: higher is kept longer when the cap forces a choice.
-_TIER_TOOL_RESULT, _TIER_ASSISTANT, _TIER_USER = 1, 2, 3
 
 
 # --- digesting the batch ----------------------------------------------------------------------
@@ -280,58 +283,52 @@ def _highlight(labels: dict[str, str], name: str, pieces: list[str]) -> str:
 # --- identifiers ------------------------------------------------------------------------------
 
 
-def _mention_evidence(payload: SummaryPayload) -> str:
-    """All text of ``payload`` except its identifier list: an identifier found here was once
-    written by a user or an assistant or used in a tool call (the rules engine puts nothing
-    from tool results into these fields)."""
-    parts = [payload.summary, payload.conversation_goal]
-    for name in ("stable_facts", "user_profile", "decisions", "open_questions", "pinned_facts"):
-        parts.extend(getattr(payload, name))
-    for task in payload.in_progress_tasks:
-        parts.extend([task.goal, *task.done, *task.todo])
-    parts.extend(f"{e.when} {e.event}" for e in payload.timeline)
-    return "\n".join(parts)
+def _rank_identifiers(
+    previous: SummaryPayload, turns: list[_Turn]
+) -> tuple[list[str], dict[str, str]]:
+    """The merged identifier list, least important first (caps keep the tail), and where each
+    one came from (``"user"``, ``"argument"``, ``"assistant"``, ``"tool"``).
 
-
-def _rank_identifiers(previous: SummaryPayload, turns: list[_Turn]) -> list[str]:
-    """The merged identifier list, least important first (caps keep the tail).
-
-    Two tiers: identifiers only ever seen in tool results, below identifiers a user or an
-    assistant wrote or a tool call used. For the batch the tier is known from where each
-    identifier occurs. Batch identifiers are keyed ``(tier, specificity, position)``: user text
-    and tool-call arguments above assistant text; among tool results, one that named few
-    identifiers (a record fetched by id) above a long listing (a search) whose entries are
-    mostly not what the conversation is about; newer above older. For the previous list the
-    tier is inferred: an identifier the previous payload's text still names was mentioned, the
-    others came from tool results. Order, lowest first: previous tool-only, this batch's
-    tool-only, previous mentioned, this batch's mentioned. A long listing can push out older
-    listing entries, but not an id the user gave while the conversation's text still names it."""
+    Four tiers, by source, lowest first: identifiers only ever seen in tool results; those an
+    assistant wrote (and previous ones of unrecorded source, as in a model-written payload);
+    those a tool call used; those a user typed. The source is sticky: the previous payload's
+    ``identifier_sources`` says where each of its identifiers came from, and an identifier keeps
+    the most trusted source it was ever seen with, so a booking reference the user gave on the
+    first day outranks every later tool-result or tool-call id, however old it is and whether or
+    not the summary's prose still names it. Within a tier the previous identifiers not seen again
+    come first (older), then this batch's, keyed ``(specificity, position)``: among tool results,
+    one that named few identifiers (a record fetched by id) above a long listing (a search) whose
+    entries are mostly not what the conversation is about; newer above older."""
     best: dict[str, tuple[int, int, int, int]] = {}
+    sources: dict[str, str] = {}
 
-    def note(ids: list[str], tier: int, index: int, specificity: int = 0) -> None:
+    def note(ids: list[str], source: str, index: int, specificity: int = 0) -> None:
         for k, ident in enumerate(ids):
-            key = (tier, specificity, index, k)
+            key = (_source_tier(source), specificity, index, k)
             if ident not in best or key > best[ident]:
                 best[ident] = key
+            sources[ident] = _stronger_source(sources.get(ident), source)
 
     for turn in turns:
         if turn.role == "user":
-            note(extract_identifiers(turn.text), _TIER_USER, turn.index)
+            note(extract_identifiers(turn.text), "user", turn.index)
         elif turn.role == "assistant":
-            note(extract_identifiers(turn.text), _TIER_ASSISTANT, turn.index)
+            note(extract_identifiers(turn.text), "assistant", turn.index)
             for call in turn.calls:
-                note(extract_identifiers(call.arguments), _TIER_USER, turn.index)
+                note(extract_identifiers(call.arguments), "argument", turn.index)
         elif turn.role == "tool":
             ids = extract_identifiers(turn.text)
-            note(ids, _TIER_TOOL_RESULT, turn.index, -len(ids))
-    evidence = _mention_evidence(previous)
-    earlier = [i for i in previous.identifiers if i not in best]
-    earlier_mentioned = [i for i in earlier if i in evidence]
-    earlier_tool_only = [i for i in earlier if i not in evidence]
-    ranked = sorted(best, key=best.__getitem__)
-    tool_only = [i for i in ranked if best[i][0] == _TIER_TOOL_RESULT]
-    mentioned = [i for i in ranked if best[i][0] > _TIER_TOOL_RESULT]
-    return _merge_items([], earlier_tool_only + tool_only + earlier_mentioned + mentioned)
+            note(ids, "tool", turn.index, -len(ids))
+    recorded = _sources_of(previous)
+    earlier = [i for i in dict.fromkeys(previous.identifiers) if i not in best]
+    for ident in previous.identifiers:
+        sources[ident] = _stronger_source(sources.get(ident), recorded.get(ident, "assistant"))
+    ranked: list[str] = []
+    for tier in sorted(_SOURCE_TIER.values()):
+        ranked += [i for i in earlier if _source_tier(sources[i]) == tier]
+        batch = [i for i in best if _source_tier(sources[i]) == tier]
+        ranked += sorted(batch, key=lambda i: best[i][1:])
+    return _merge_items([], ranked), sources
 
 
 # --- the merge --------------------------------------------------------------------------------
@@ -361,7 +358,8 @@ def rules_merge(
     - in-progress task: the goal, done = successful tool calls and decisions, to do = the open
       questions (merged into the previous task when the goal is the same);
     - retrieval hints: the batch's most frequent content words (stop words removed);
-    - identifiers: see ``_rank_identifiers``; pinned facts: the previous ones, always;
+    - identifiers: see ``_rank_identifiers``; where each came from is kept in
+      ``identifier_sources`` (not rendered); pinned facts: the previous ones, always;
     - summary: the previous summary plus one highlight line ("User cares about: ...;
       Conclusions: ..."), oldest lines dropped past ``caps.summary_chars``.
     System messages and event markers are ignored. Lists keep the newest items (see the ordering
@@ -505,6 +503,7 @@ def rules_merge(
             lines.append(highlight)
     summary = _fit_lines("\n".join(lines), caps.summary_chars)
 
+    identifiers, identifier_sources = _rank_identifiers(prev, turns)
     merged = SummaryPayload(
         summary=summary,
         conversation_goal=goal,
@@ -515,7 +514,8 @@ def rules_merge(
         in_progress_tasks=tasks,
         timeline=list(prev.timeline) + timeline,
         retrieval_hints=_merge_items(prev.retrieval_hints, hints),
-        identifiers=_rank_identifiers(prev, turns),
+        identifiers=identifiers,
         pinned_facts=list(prev.pinned_facts),
+        identifier_sources=_group_sources(identifiers, identifier_sources),
     )
     return fit_to_budget(apply_caps(merged, caps), budget_tokens, count_tokens, lang)

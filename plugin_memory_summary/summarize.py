@@ -104,12 +104,17 @@ def _redacted(value: Any, redactor: Redactor) -> Any:
 
 def _carry(previous: SummaryPayload | None, payload: SummaryPayload) -> SummaryPayload:
     """What every merge keeps from the previous payload whatever the summarizer said: pinned
-    facts, and the identifiers it already carried."""
+    facts, the identifiers it already carried and where they came from (the caps then drop
+    tool-only identifiers before the ones a user typed)."""
     if previous is None:
         return payload
     identifiers = list(dict.fromkeys([*previous.identifiers, *payload.identifiers]))
     return payload.model_copy(
-        update={"pinned_facts": list(previous.pinned_facts), "identifiers": identifiers}
+        update={
+            "pinned_facts": list(previous.pinned_facts),
+            "identifiers": identifiers,
+            "identifier_sources": {k: list(v) for k, v in previous.identifier_sources.items()},
+        }
     )
 
 
@@ -136,7 +141,11 @@ async def _llm_merge(
     # The previous summary and pinned facts leave for the summarizer too: a user's edit or pin,
     # or a record written before a redact pattern was added, may hold a secret.
     try:
-        shown = _redacted(previous.model_dump(), redactor) if previous else None
+        shown = (
+            _redacted(previous.model_dump(exclude={"identifier_sources"}), redactor)
+            if previous
+            else None
+        )
     except RedactionError as exc:
         raise SummarizerError(f"redaction of the previous summary failed: {exc}") from None
     prompt = build_summary_messages(

@@ -193,8 +193,20 @@ def test_watermark_plan_aims_below_the_mark_or_reports_it_cannot() -> None:
         fixed_tokens=2500,
         summary_budget_tokens=512,
         newest_tokens=100,
+        summary_tokens_now=300,
     )
     assert blocked.keep_tokens is None and blocked.blocked is not None and "2500" in blocked.blocked
+    # The floor counts the summary as it is now, not at its full budget: room left, compress.
+    room = plan_watermark(
+        context_window=4000,
+        mark=0.7,
+        min_gain=0.2,
+        fixed_tokens=2500,
+        summary_budget_tokens=512,
+        newest_tokens=100,
+        summary_tokens_now=0,
+    )
+    assert room.blocked is None and room.keep_tokens == 100
     assert (
         gain_estimate(
             archived_tokens=3000,

@@ -79,9 +79,10 @@ def test_identifiers_caps_codes_and_json_id_values() -> None:
 
 
 def test_identifiers_numbers_versions_dates_times() -> None:
+    # A bare 5-digit number is an amount ("12345 yen") unless something names it as a code.
     text = (
-        "1234 and 3.14 and 06:00:00 are not ids; 12345, v1.2.3, 1.2.3, 05/20/2024 and "
-        "2024-05-11T08:12:34 are; address1 and hello are not."
+        "1234 and 3.14 and 06:00:00 and 12345 are not ids; order 12345, v1.2.3, 1.2.3, "
+        "05/20/2024 and 2024-05-11T08:12:34 are; address1 and hello are not."
     )
     assert extract_identifiers(text) == [
         "12345",
@@ -90,6 +91,74 @@ def test_identifiers_numbers_versions_dates_times() -> None:
         "05/20/2024",
         "2024-05-11T08:12:34",
     ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "For Kyoto the outlook is sunny, 10-22 °C.",
+        "How much is 12,000 yen, or 12000 yen, or 1,200 yen in euros?",
+        "That is 5199.99 EUR at a rate of 0.0061; prices range 1000-2000 yen.",
+        '{"amount": 12000, "from": "JPY", "rate": 0.00612, "result": 73.44, "n": 1234567}',
+        "We need a 7-day pass and a 24-hour ticket at a 5-star hotel.",
+    ],
+)
+def test_amounts_ranges_decimals_and_counts_are_not_identifiers(text: str) -> None:
+    assert extract_identifiers(text) == []
+
+
+def test_plain_numbers_named_quoted_or_long_are_identifiers() -> None:
+    assert extract_identifiers("order 58392, #58391 and 订单号58390") == ["58392", "58391", "58390"]
+    assert extract_identifiers("Booking reference number: 583920.") == ["583920"]
+    # Quoted in JSON: a code (amounts are JSON numbers); an id key takes a JSON number too.
+    assert extract_identifiers('{"zip": "78750", "order_id": 58392011, "qty": 58392}') == [
+        "78750",
+        "58392011",
+    ]
+    # 7+ digits: phone, account and order numbers; a hyphenated pair that is not a range.
+    assert extract_identifiers("Call 5551234567 or 555-1234; card 7741-0932.") == [
+        "5551234567",
+        "555-1234",
+        "7741-0932",
+    ]
+    # Dates keep being identifiers, with any separator.
+    assert extract_identifiers("on 2025-04-03 or 2025/04/03") == ["2025-04-03", "2025/04/03"]
+
+
+def test_flight_numbers_with_a_two_letter_airline_code() -> None:
+    text = "Out on LH 716 (or LH716), back on MU 219; UA93 is full. HAT136 too."
+    assert extract_identifiers(text) == ["LH 716", "LH716", "MU 219", "UA93", "HAT136"]
+    # Not flights: times, status codes, roads, a state and its zip code, short product names.
+    assert extract_identifiers("at 11 AM or 5 PM, OK 200, US 101, CA 94105, MP3 and PM 2") == []
+    # An airline code glued into a longer word is not one.
+    assert extract_identifiers("XLH 716 and ABLH716") == ["ABLH716"]
+
+
+def test_upper_case_words_need_something_naming_them_as_codes() -> None:
+    # Constants and shouting are not codes.
+    assert (
+        extract_identifiers("Convert with RATES[row['currency']]; RATES = {} reuses RATES.") == []
+    )
+    assert extract_identifiers("MAX_RETRIES and DEFAULT_TIMEOUT stay in app/config.py") == [
+        "app/config.py"
+    ]
+    assert extract_identifiers('{"cabin": "ECONOMY", "RATES": {"EUR": 1}}') == []
+    # Named ("reservation HXDUBJ", "PNR: QWERTY"), quoted, or in a list of codes: codes.
+    assert extract_identifiers("Some changes in reservation HXDUBJ, please.") == ["HXDUBJ"]
+    assert extract_identifiers("Your reservation ID is **HATHAT**.") == ["HATHAT"]
+    assert extract_identifiers('Two reservations: "M05KNL" and "UHDAHF".') == ["M05KNL", "UHDAHF"]
+    assert extract_identifiers('{"reservations": ["HXDUBJ", "DXG8T6"]}') == ["HXDUBJ", "DXG8T6"]
+    assert extract_identifiers("Under your profile: DF89BM, COVE6R, and IIHXDG.") == [
+        "DF89BM",
+        "COVE6R",
+        "IIHXDG",
+    ]
+    assert extract_identifiers("The IDs:\n\n- 4NQLHD\n- AJVCTQ\n- ZB7LBX") == [
+        "4NQLHD",
+        "AJVCTQ",
+        "ZB7LBX",
+    ]
+    assert extract_identifiers("Pick AQLBTL, KA7I60 or I57WUD") == ["AQLBTL", "KA7I60", "I57WUD"]
 
 
 def test_identifiers_in_chinese_text_and_empty_text() -> None:
@@ -356,6 +425,81 @@ def test_caps_zero_identifiers() -> None:
     assert capped.identifiers == []
 
 
+def test_caps_order_identifiers_by_recorded_source() -> None:
+    payload = SummaryPayload(
+        identifiers=["K7XQ2M", "LH 716", "RES-1", "RES-2", "HAT001", "HAT002", "NEW123"],
+        identifier_sources={
+            "user": ["K7XQ2M", "LH 716"],
+            "assistant": ["RES-1"],
+            "tool": ["HAT001", "HAT002"],
+            "argument": ["RES-2"],
+        },
+    )
+    # Tool-result ids first (dropped first), then assistant and unrecorded ones (NEW123 comes
+    # from a model-written merge), then what a tool call used, then what the user typed; stable
+    # within a tier.
+    capped = apply_caps(payload, PayloadCaps())
+    assert capped.identifiers == [
+        "HAT001",
+        "HAT002",
+        "RES-1",
+        "NEW123",
+        "RES-2",
+        "K7XQ2M",
+        "LH 716",
+    ]
+    small = apply_caps(payload, PayloadCaps(identifiers=3))
+    assert small.identifiers == ["RES-2", "K7XQ2M", "LH 716"]
+    assert small.identifier_sources == {"argument": ["RES-2"], "user": ["K7XQ2M", "LH 716"]}
+    assert apply_caps(small, PayloadCaps(identifiers=3)) == small
+    # Without recorded sources nothing is reordered.
+    plain = SummaryPayload(identifiers=["B12345", "A12345"])
+    assert apply_caps(plain, PayloadCaps()).identifiers == ["B12345", "A12345"]
+
+
+def test_identifier_sources_are_bookkeeping_only() -> None:
+    payload = SummaryPayload(
+        summary="Trip.",
+        identifiers=["K7XQ2M", "HAT001"],
+        identifier_sources={"user": ["K7XQ2M"], "tool": ["HAT001"]},
+    )
+    assert render_payload(payload) == "Summary: Trip.\nIdentifiers: K7XQ2M, HAT001"
+    assert render_payload(payload, "zh") == "摘要：Trip.\n标识符：K7XQ2M, HAT001"
+    # Stored and read back (the summary record is JSON).
+    assert SummaryPayload.model_validate(payload.model_dump(mode="json")) == payload
+    # A damaged field never makes a payload unreadable: unknown sources and non-strings go.
+    damaged = SummaryPayload.model_validate(
+        {
+            "identifiers": ["K7XQ2M"],
+            "identifier_sources": {"user": ["K7XQ2M", 3, "", "K7XQ2M"], "robot": ["X"], "tool": 9},
+        }
+    )
+    assert damaged.identifier_sources == {"user": ["K7XQ2M"]}
+    assert SummaryPayload.model_validate({"identifier_sources": "user"}).identifier_sources == {}
+    # A model's answer never sets it.
+    answer = {"summary": "S", "identifiers": ["X12345"], "identifier_sources": {"user": ["X"]}}
+    parsed = parse_summary_output(json.dumps(answer))
+    assert parsed is not None and parsed.identifier_sources == {}
+
+
+def test_fit_and_plain_text_keep_the_sources_of_the_identifiers_they_keep() -> None:
+    payload = SummaryPayload(
+        summary="A long summary line about the trip. " * 10,
+        identifiers=[f"HAT{i:03d}" for i in range(20)] + ["K7XQ2M"],
+        identifier_sources={"tool": [f"HAT{i:03d}" for i in range(20)], "user": ["K7XQ2M"]},
+    )
+    fitted = fit_to_budget(payload, 30, by_thirds)
+    assert fitted.identifiers and fitted.identifiers[-1] == "K7XQ2M"
+    assert len(fitted.identifiers) < 21 and not fitted.summary
+    kept = set(fitted.identifiers)
+    assert {i for ids in fitted.identifier_sources.values() for i in ids} == kept
+    assert fitted.identifier_sources["user"] == ["K7XQ2M"]
+    text = "Trip planned: K7XQ2M, " + ", ".join(payload.identifiers[:-1]) + " and LH 716."
+    from_text = payload_from_text(text, payload)
+    assert from_text.identifiers[-1] == "LH 716"
+    assert from_text.identifier_sources == payload.identifier_sources  # LH 716: unrecorded
+
+
 def test_summary_cap_drops_oldest_lines_first() -> None:
     summary = "\n".join(f"line {i} " + "x" * 40 for i in range(10))
     capped = apply_caps(SummaryPayload(summary=summary), PayloadCaps(summary_chars=100))
@@ -558,3 +702,39 @@ def test_caps_hold_for_any_payload(payload: SummaryPayload) -> None:
     assert len(capped.conversation_goal) <= 15 and len(capped.summary) <= 100
     assert capped.pinned_facts == payload.pinned_facts
     assert apply_caps(capped, caps) == capped
+
+
+@st.composite
+def sourced_payloads(draw: st.DrawFn) -> SummaryPayload:
+    code = st.from_regex(r"[A-Z]{2}[0-9]{3}", fullmatch=True)
+    identifiers = draw(st.lists(code, max_size=45))
+    pool = st.sampled_from(identifiers) if identifiers else code
+    sources = draw(
+        st.dictionaries(
+            st.sampled_from(["user", "argument", "assistant", "tool"]),
+            st.lists(st.one_of(pool, code), max_size=20),
+        )
+    )
+    return SummaryPayload(
+        summary=draw(st.text(max_size=200)), identifiers=identifiers, identifier_sources=sources
+    )
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(payload=sourced_payloads(), budget=st.integers(min_value=0, max_value=200))
+def test_sources_only_ever_name_kept_identifiers(payload: SummaryPayload, budget: int) -> None:
+    capped = apply_caps(payload, PayloadCaps(identifiers=7))
+    fitted = fit_to_budget(capped, budget, by_thirds)
+    for result in (capped, fitted):
+        named = [i for ids in result.identifier_sources.values() for i in ids]
+        assert len(named) == len(set(named)) and set(named) <= set(result.identifiers)
+    # What the user typed or a tool call used is dropped last.
+    typed = set(payload.identifier_sources.get("user", [])) | set(
+        payload.identifier_sources.get("argument", [])
+    )
+    if any(i in typed for i in payload.identifiers):
+        assert capped.identifiers[-1] in typed
+        assert set(capped.identifiers) <= typed or typed & set(payload.identifiers) <= set(
+            capped.identifiers
+        )
+    assert apply_caps(capped, PayloadCaps(identifiers=7)) == capped

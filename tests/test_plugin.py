@@ -316,8 +316,10 @@ async def test_uncompressible_over_the_mark_warns_once_and_cools_down(
             r for r in caplog.records if "no compression can bring usage under" in r.getMessage()
         ]
         assert len(warnings) == 1 and "system prompt 2626" in warnings[0].getMessage()
-        assert llm.calls == []
-        assert len(h.requests) <= 1
+        assert llm.calls == []  # no compression loop: not one summarizer call
+        # A blocked plan is re-checked once per new message at most, never per model call.
+        assert all(s["reason"].startswith("blocked") for s in h.finals())
+        assert len(h.requests) <= 15
     finally:
         await h.host.stop()
 
@@ -915,4 +917,25 @@ async def test_hard_request_joining_a_slow_run_waits_only_until_its_deadline() -
         assert (await background)["status"] == "done"
     finally:
         gate.set()
+        await h.host.stop()
+
+
+async def test_a_blocked_watermark_replans_when_the_history_changes() -> None:
+    """One huge message makes a compression useless for a while; the cooldown then holds only
+    until the next message, so the hard watermark works again as soon as it can help."""
+    h = await make_harness(
+        {"threshold": 1000, "keep_recent": 2, "auto_compress_threshold": 0,
+         "hard_compress_threshold": 0.9, "cooldown_s": 3600, "min_gain": 0.1},
+        host={"context_window": 4000},
+    )
+    try:
+        await h.turns("s", 6, pad=300)
+        # Alone over the mark: nothing a compression could do.
+        await h.host.run_turn("s", "x " * 7600, recorded=[Message(role="assistant", content="ok")])
+        assert any(s["reason"].startswith("blocked") for s in h.finals())
+        # New, ordinary messages: the hard mark compresses again despite the long cooldown.
+        for i in range(12):
+            await h.turns("s", 1, start=100 + i, pad=300)
+        assert any(s["status"] == "done" and s["stats"].get("trigger") == "hard" for s in h.finals())
+    finally:
         await h.host.stop()

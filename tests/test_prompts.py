@@ -15,7 +15,9 @@ from plugin_memory_summary.prompts import (
     detect_language,
 )
 
-ASKED_KEYS = [name for name in SummaryPayload.model_fields if name != "pinned_facts"]
+ASKED_KEYS = [
+    n for n in SummaryPayload.model_fields if n not in ("pinned_facts", "identifier_sources")
+]
 
 
 def build(**overrides: object) -> list[dict[str, str]]:

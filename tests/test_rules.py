@@ -15,7 +15,12 @@ from hypothesis import strategies as st
 
 from host_stub.messages import Message, ToolCall, ToolCallFunction
 from plugin_memory_summary.config import PayloadCaps
-from plugin_memory_summary.payload import SummaryPayload, TimelineEvent, render_payload
+from plugin_memory_summary.payload import (
+    IDENTIFIER_SOURCES,
+    SummaryPayload,
+    TimelineEvent,
+    render_payload,
+)
 from plugin_memory_summary.rules import rules_merge
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,6 +168,139 @@ def test_identifier_priority_when_the_cap_forces_a_choice() -> None:
     ]
     later = merge(payload, listing, caps=caps)
     assert "mia_li_3668" in later.identifiers
+
+
+def test_identifier_sources_record_where_each_identifier_came_from() -> None:
+    payload = merge(None, airline_chat())
+    sources = payload.identifier_sources
+    assert {"mia_li_3668", "HAT136", "certificate_7504069"} <= set(sources["user"])
+    assert "2024-05-20" in sources["argument"]  # only in a search call's arguments
+    assert "ZFA04Y" in sources["assistant"]  # a tool result, then the assistant's text
+    assert {"mia@example.com", "HAT101"} <= set(sources["tool"])
+    named = [i for ids in sources.values() for i in ids]
+    assert sorted(named) == sorted(payload.identifiers)
+    # Bookkeeping only: the rendering is what it was without it.
+    bare = payload.model_copy(update={"identifier_sources": {}})
+    assert render_payload(payload) == render_payload(bare)
+
+
+def test_a_user_identifier_stays_once_the_prose_naming_it_is_gone() -> None:
+    caps = PayloadCaps(identifiers=4)
+    # Nothing of the previous payload's text names K7XQ2M any more: only its source says the
+    # user gave it. A model-written payload records no source: OLD777 counts as "assistant".
+    previous = SummaryPayload(
+        summary="Restaurants in Kyoto.",
+        identifiers=["OLD777", "K7XQ2M"],
+        identifier_sources={"user": ["K7XQ2M"]},
+    )
+    listing = [
+        call("c1", "search_flights", origin="SEA"),
+        result("c1", "search_flights", [{"flight_number": f"HAT{n}"} for n in range(200, 230)]),
+        call("c2", "get_reservation_details", reservation_id="RES-50001"),
+        result("c2", "get_reservation_details", {"reservation_id": "RES-50001", "seat": "12A"}),
+    ]
+    later = merge(previous, listing, caps=caps)
+    assert later.identifiers[-3:] == ["OLD777", "RES-50001", "K7XQ2M"]
+    assert later.identifier_sources["user"] == ["K7XQ2M"]
+    assert later.identifier_sources["argument"] == ["RES-50001"]
+    # A tool result naming the user's id again does not demote it.
+    again = merge(later, [result("c3", "lookup", {"note": "booking K7XQ2M is ticketed"})])
+    assert again.identifier_sources["user"] == ["K7XQ2M"] and again.identifiers[-1] == "K7XQ2M"
+
+
+EARLY_IDENTIFIERS = [
+    "LH 716",
+    "2025-04-03",
+    "K7XQ2M",
+    "HG-583920",
+    "RY-20417",
+    "JRP-7741-0932",
+    "~/code/tripplanner",
+    "tripplanner/budget.py",
+]
+
+
+def long_trip_chat(days: int = 90) -> list[Message]:
+    """A user states eight identifiers on the first day; then ``days`` rounds of restaurant
+    searches (tool results listing six ids each), bookings (a restaurant id as a call argument,
+    a new reservation id the assistant repeats, a fact naming the restaurant), temperature
+    ranges, amounts and a constant in upper case."""
+    messages = [
+        Message(
+            role="user",
+            content="Flights are booked: LH 716 Frankfurt to Tokyo on 2025-04-03, booking "
+            "reference K7XQ2M. I have a severe peanut allergy.",
+        ),
+        Message(role="assistant", content="Noted: LH 716 on 2025-04-03, reference K7XQ2M."),
+        Message(
+            role="user",
+            content="Hotel confirmation HG-583920, then the ryokan, booking RY-20417. We "
+            "ordered a 7-day JR Pass, order number JRP-7741-0932.",
+        ),
+        Message(role="assistant", content="Got it: HG-583920, RY-20417 and JRP-7741-0932."),
+        Message(
+            role="user",
+            content="The code lives in ~/code/tripplanner; the budget logic is in "
+            "tripplanner/budget.py.",
+        ),
+        Message(role="assistant", content="Understood, I will keep that in mind."),
+    ]
+    for day in range(days):
+        found = [{"id": f"RST-{day:03d}{k}", "rating": 4.2} for k in range(6)]
+        reservation = f"RES-{50000 + 7 * day}"
+        messages += [
+            Message(role="user", content=f"Find us a ramen place for evening {day} please."),
+            call(f"s{day}", "search_restaurants", city="Kyoto", cuisine="ramen"),
+            result(f"s{day}", "search_restaurants", {"results": found}),
+            Message(role="user", content="Book the first one, 12000 yen budget."),
+            call(f"b{day}", "book_restaurant", restaurant_id=found[0]["id"], time="19:00"),
+            result(
+                f"b{day}",
+                "book_restaurant",
+                {"status": "confirmed", "reservation_id": reservation, "price": 12000},
+            ),
+            Message(
+                role="assistant",
+                content=f"Booked: reservation {reservation}. {found[0]['id']} is a short walk "
+                "from the station. Expect 10-22 °C; amounts use RATES.",
+            ),
+        ]
+    return messages
+
+
+def test_user_identifiers_survive_a_long_conversation_of_tool_results() -> None:
+    def count(text: str) -> int:
+        return len(text) // 4 + 1
+
+    chat = long_trip_chat()
+    payload: SummaryPayload | None = None
+    for start in range(0, len(chat), 14):
+        payload = rules_merge(
+            payload, chat[start : start + 14], budget_tokens=500, count_tokens=count, caps=CAPS
+        )
+        text = render_payload(payload)
+        assert count(text) <= 500
+        if start >= 6:
+            assert [i for i in EARLY_IDENTIFIERS if i not in text] == []
+    assert payload is not None
+    # The ids of the later turns: far more than the cap holds (90 listings of six, 90 call
+    # arguments, 90 reservations the assistant repeated).
+    later = {i for m in chat[6:] for i in regex.findall(r"RST-\d+|RES-\d+", m.content or "")}
+    later |= {
+        i
+        for m in chat[6:]
+        for c in m.tool_calls or []
+        for i in regex.findall(r"RST-\d+", c.function.arguments)
+    }
+    assert len(later) > 5 * CAPS.identifiers
+    assert len(payload.identifiers) == CAPS.identifiers
+    assert payload.identifiers[-len(EARLY_IDENTIFIERS) :] == EARLY_IDENTIFIERS
+    assert payload.identifier_sources["user"] == EARLY_IDENTIFIERS
+    # Amounts, temperature ranges and constants are not identifiers.
+    assert not {"12000", "10-22", "RATES", "7-day"} & set(payload.identifiers)
+    # The first day's prose was long pushed out: only the identifiers line still names them.
+    lines = [line for line in render_payload(payload).split("\n") if "K7XQ2M" in line]
+    assert len(lines) == 1 and lines[0].startswith("Identifiers: ")
 
 
 def test_failed_tool_calls_are_not_done() -> None:
@@ -343,6 +481,7 @@ def test_extractive() -> None:
         w for w in regex.findall(r"(\w+)…", dumped) if any(a.startswith(w) for a in allowed)
     }
     keys = set(SummaryPayload.model_fields) | {"goal", "done", "todo", "when", "event"}
+    keys |= set(IDENTIFIER_SOURCES)  # the keys of the identifier_sources bookkeeping field
     assert produced - allowed - keys - cut_short == set()
 
 

@@ -1,0 +1,519 @@
+"""Side by side with the peers a user would pick instead: LangChain v1 ``SummarizationMiddleware``
+and LangMem ``summarize_messages``, with the same fake instant summarizer (same summary size),
+the same token counter and the same 4,000-token budget, on LoCoMo and tau-bench.
+
+The peers are not dependencies of the plugin: install them in a separate environment,
+
+    python3 -m venv ../benchvenv && ../benchvenv/bin/pip install -e '.[bench]'
+    ../benchvenv/bin/python bench/peers.py [--data DIR] [--quick] [--out DIR]
+
+Per model call (step): context tokens sent, messages kept verbatim, tool-pair violations in what
+is sent, and the time the memory component took for that call. Ours runs in the real host
+(SQLite file, plugin from its entry point); its per-step time is what the plugin's receivers and
+hooks took on the turn path (``agent:turn:after`` and ``token:usage`` sends, contributions,
+``before_model_call``), host dispatch included; its compressions run in the background, off the
+turn. The peers summarize inline, so their step time includes the (instant) summarizer call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (  # noqa: E402
+    BUDGET,
+    EXIT_NOT_INSTALLED,
+    SYSTEM_PROMPT,
+    Table,
+    TokenCounter,
+    make_rig,
+    mean,
+    out_dir,
+    parser,
+    percentile,
+    print_versions,
+    progress,
+    require_data,
+    tool_pair_violations,
+    us,
+    versions,
+    write_results,
+)
+from fakes import BenchLLM, CallLog, fake_summary_text  # noqa: E402
+from replay import (  # noqa: E402
+    Step,
+    SystemRun,
+    baseline_runs,
+    conversation_tokens,
+    replay_through_host,
+    step_positions,
+)
+from settings import DEFAULT, RECOMMENDED, SETTINGS  # noqa: E402
+
+from host_stub import signals  # noqa: E402
+from host_stub.datasets import Conversation, load_locomo, load_tau_bench  # noqa: E402
+
+PEER_PACKAGES = ("langchain", "langchain-core", "langgraph", "langmem")
+INSTALL_HINT = (
+    "the peers (LangChain v1, LangMem) are not installed in this interpreter; install them in a "
+    "separate environment: python3 -m venv ../benchvenv && "
+    "../benchvenv/bin/pip install -e '.[bench]', then run "
+    "../benchvenv/bin/python bench/peers.py"
+)
+KEEP_MESSAGES = 20
+LANGMEM_SUMMARY_TOKENS = 512  # the plugin's summary budget at a 4k window
+
+
+def import_peers() -> dict[str, Any]:
+    try:
+        from langchain.agents.middleware import SummarizationMiddleware
+        from langchain_core.language_models.chat_models import BaseChatModel
+        from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+        from langchain_core.outputs import ChatGeneration, ChatResult
+        from langmem.short_term import summarize_messages
+    except ImportError as exc:
+        print(f"peers not installed ({exc.name or exc}): {INSTALL_HINT}", file=sys.stderr)
+        raise SystemExit(EXIT_NOT_INSTALLED) from None
+    return {
+        "SummarizationMiddleware": SummarizationMiddleware,
+        "BaseChatModel": BaseChatModel,
+        "AIMessage": AIMessage,
+        "HumanMessage": HumanMessage,
+        "SystemMessage": SystemMessage,
+        "ToolMessage": ToolMessage,
+        "ChatGeneration": ChatGeneration,
+        "ChatResult": ChatResult,
+        "summarize_messages": summarize_messages,
+    }
+
+
+# -- LangChain message plumbing --------------------------------------------------------------------
+
+
+class LCAdapter:
+    """Converts the data sets to LangChain messages and counts LangChain messages with the same
+    counter as the host (each message counted once, then cached by its id, as the host stores a
+    message's count at append)."""
+
+    def __init__(self, lc: dict[str, Any], counter: TokenCounter) -> None:
+        self.lc = lc
+        self.counter = counter
+        self._cache: dict[tuple[str, int], int] = {}
+        self._ids = 0
+
+    def next_id(self) -> str:
+        self._ids += 1
+        return f"m{self._ids}"
+
+    def to_lc(self, m: dict[str, Any]) -> Any:
+        lc = self.lc
+        content = m.get("content") or ""
+        if m["role"] == "user":
+            return lc["HumanMessage"](content=content, id=self.next_id())
+        if m["role"] == "system":
+            return lc["SystemMessage"](content=content, id=self.next_id())
+        if m["role"] == "tool":
+            return lc["ToolMessage"](
+                content=content, tool_call_id=m["tool_call_id"], id=self.next_id()
+            )
+        calls = []
+        for c in m.get("tool_calls") or []:
+            try:
+                args = json.loads(c["function"].get("arguments") or "{}")
+            except json.JSONDecodeError:
+                args = {"raw": c["function"].get("arguments")}
+            calls.append(
+                {"name": c["function"]["name"], "args": args, "id": c["id"], "type": "tool_call"}
+            )
+        return lc["AIMessage"](content=content, tool_calls=calls, id=self.next_id())
+
+    @staticmethod
+    def to_openai(m: Any) -> dict[str, Any]:
+        kind = m.type
+        role = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}.get(
+            kind, "user"
+        )
+        out: dict[str, Any] = {
+            "role": role,
+            "content": m.content if isinstance(m.content, str) else m.text,
+        }
+        if role == "assistant" and getattr(m, "tool_calls", None):
+            out["tool_calls"] = [
+                {
+                    "id": c["id"],
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": json.dumps(c["args"])},
+                }
+                for c in m.tool_calls
+            ]
+        if role == "tool":
+            out["tool_call_id"] = m.tool_call_id
+        return out
+
+    def count(self, messages: Sequence[Any]) -> int:
+        total = 0
+        for m in messages:
+            content = m.content if isinstance(m.content, str) else str(m.content)
+            key = (str(m.id), len(content))
+            n = self._cache.get(key) if m.id is not None else None
+            if n is None:
+                n = self.counter.stored(self.to_openai(m))
+                if m.id is not None:
+                    self._cache[key] = n
+            total += n
+        return total
+
+
+def make_fake_model(lc: dict[str, Any], adapter: LCAdapter, log: CallLog) -> Any:
+    """A LangChain chat model answering the same extractive ~300-token summary as BenchLLM."""
+
+    class FakeSummarizer(lc["BaseChatModel"]):  # type: ignore[misc, valid-type]
+        @property
+        def _llm_type(self) -> str:
+            return "bench-fake-summarizer"
+
+        def _generate(
+            self, messages: list[Any], stop: Any = None, run_manager: Any = None, **kwargs: Any
+        ) -> Any:
+            log.calls += 1
+            log.input_tokens += adapter.count(messages)
+            text = fake_summary_text("\n".join(str(m.content) for m in messages))
+            return lc["ChatResult"](
+                generations=[lc["ChatGeneration"](message=lc["AIMessage"](content=text))]
+            )
+
+    return FakeSummarizer()
+
+
+def step_batches(conversation: Conversation) -> list[tuple[list[dict[str, Any]], int]]:
+    """For each model call: the messages that arrived since the previous one, in order."""
+    wire = [m.to_openai() for m in conversation.messages]
+    out = []
+    previous = 0
+    for pos in step_positions(conversation):
+        out.append((wire[previous:pos], pos))
+        previous = pos
+    return out
+
+
+def split_system(conversation: Conversation) -> tuple[str, list[dict[str, Any]]]:
+    """The host system prompt plus the conversation's own system messages (core memory), as one
+    system prompt; the rest of the conversation."""
+    wire = [m.to_openai() for m in conversation.messages]
+    system = [SYSTEM_PROMPT] + [str(m["content"]) for m in wire if m["role"] == "system"]
+    return "\n\n".join(system), [m for m in wire if m["role"] != "system"]
+
+
+def sent_step(adapter: LCAdapter, sent: list[Any], summary_ids: set[str]) -> Step:
+    wire = [adapter.to_openai(m) for m in sent]
+    verbatim = sum(
+        1
+        for m, w in zip(sent, wire, strict=True)
+        if w["role"] != "system" and str(m.id) not in summary_ids
+    )
+    return Step(adapter.count(sent), verbatim, tool_pair_violations(wire))
+
+
+def run_langchain(
+    lc: dict[str, Any], conversation: Conversation, counter: TokenCounter
+) -> SystemRun:
+    adapter = LCAdapter(lc, counter)
+    log = CallLog()
+    model = make_fake_model(lc, adapter, log)
+    system_text, _ = split_system(conversation)
+    system = lc["SystemMessage"](content=system_text, id="system")
+    fixed = adapter.count([system])
+    middleware = lc["SummarizationMiddleware"](
+        model,
+        trigger=("tokens", BUDGET - fixed),
+        keep=("messages", KEEP_MESSAGES),
+        token_counter=adapter.count,
+    )
+    run = SystemRun("LangChain SummarizationMiddleware")
+    state: list[Any] = []
+    for batch, _ in step_batches(conversation):
+        state.extend(adapter.to_lc(m) for m in batch if m["role"] != "system")
+        start = time.perf_counter()
+        update = middleware.before_model({"messages": state}, None)
+        if update:
+            state = list(update["messages"][1:])  # [RemoveMessage(ALL), summary, *kept]
+        run.step_times.append(time.perf_counter() - start)
+        summary_ids = {
+            str(m.id) for m in state if m.additional_kwargs.get("lc_source") == "summarization"
+        }
+        run.steps.append(sent_step(adapter, [system, *state], summary_ids))
+    run.summarizer_calls, run.summarizer_input_tokens = log.calls, log.input_tokens
+    return run
+
+
+def run_langmem(lc: dict[str, Any], conversation: Conversation, counter: TokenCounter) -> SystemRun:
+    adapter = LCAdapter(lc, counter)
+    log = CallLog()
+    model = make_fake_model(lc, adapter, log)
+    system_text, _ = split_system(conversation)
+    messages: list[Any] = [lc["SystemMessage"](content=system_text, id="system")]
+    running = None
+    run = SystemRun("LangMem summarize_messages")
+    for batch, _ in step_batches(conversation):
+        messages.extend(adapter.to_lc(m) for m in batch if m["role"] != "system")
+        start = time.perf_counter()
+        result = lc["summarize_messages"](
+            messages,
+            running_summary=running,
+            model=model,
+            max_tokens=BUDGET,
+            max_summary_tokens=LANGMEM_SUMMARY_TOKENS,
+            token_counter=adapter.count,
+        )
+        running = result.running_summary
+        run.step_times.append(time.perf_counter() - start)
+        sent = result.messages
+        summary_ids = {
+            str(m.id)
+            for m in sent
+            if m.type == "system" and running is not None and running.summary in str(m.content)
+        }
+        run.steps.append(sent_step(adapter, sent, summary_ids))
+    run.summarizer_calls, run.summarizer_input_tokens = log.calls, log.input_tokens
+    return run
+
+
+# -- ours ------------------------------------------------------------------------------------------
+
+
+def instrument(host: Any) -> list[float]:
+    """Per model call, the time spent in the plugin's receivers and hooks on the turn path: a
+    step starts with ``Host._prepare_call``; the contributions, ``token:usage`` sends and
+    ``before_model_call`` inside it (a rebuild included) and the turn's ``agent:turn:after``
+    send are added to it."""
+    steps: list[float] = []
+    names = (signals.TOKEN_USAGE, signals.AGENT_TURN_AFTER)
+    prepare, send = host._prepare_call, host.bus.send
+    collect, before = host._collect_contributions, host._before_model_call
+
+    def timed(fn: Any) -> Any:
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                if steps:
+                    steps[-1] += time.perf_counter() - start
+
+        return wrapper
+
+    async def timed_send(name: str, /, **payload: Any) -> Any:
+        if name in names:
+            return await timed(send)(name, **payload)
+        return await send(name, **payload)
+
+    async def new_step(*args: Any, **kwargs: Any) -> Any:
+        steps.append(0.0)
+        return await prepare(*args, **kwargs)
+
+    host._prepare_call = new_step
+    host.bus.send = timed_send
+    host._collect_contributions = timed(collect)
+    host._before_model_call = timed(before)
+    return steps
+
+
+async def run_ours(
+    conversation: Conversation, config: dict[str, Any], counter: TokenCounter, label: str
+) -> SystemRun:
+    llm = BenchLLM(counter=counter)
+    rig = await make_rig(llm, config)
+    times = instrument(rig.host)
+    try:
+        run = await replay_through_host(rig, conversation, conversation.name)
+        await rig.drain()
+    finally:
+        await rig.close()
+    run.name = label
+    run.step_times = times
+    run.summarizer_calls, run.summarizer_input_tokens = (
+        llm.summarizer.calls,
+        llm.summarizer.input_tokens,
+    )
+    return run
+
+
+def aggregate(runs: list[SystemRun], conv_tokens: int) -> dict[str, Any]:
+    steps = [s for r in runs for s in r.steps]
+    times = [t for r in runs for t in r.step_times]
+    return {
+        "steps": len(steps),
+        "mean": mean([s.tokens for s in steps]),
+        "max": max(s.tokens for s in steps),
+        "over": sum(1 for s in steps if s.tokens > BUDGET),
+        "calls": sum(r.summarizer_calls for r in runs),
+        "input_ratio": sum(r.summarizer_input_tokens for r in runs) / conv_tokens,
+        "verbatim": mean([s.verbatim for s in steps]),
+        "p50_us": us(percentile(times, 50)),
+        "p99_us": us(percentile(times, 99)),
+        "violations": sum(s.violations for s in steps),
+    }
+
+
+COLUMNS = [
+    "data set",
+    "system",
+    "steps",
+    "mean tokens",
+    "max tokens",
+    "steps over budget",
+    "summarizer calls",
+    "summarizer input / conversation",
+    "verbatim msgs (mean)",
+    "per-step p50 (us)",
+    "per-step p99 (us)",
+    "tool-pair violations",
+]
+
+
+async def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    args = p.parse_args()
+    lc = import_peers()
+    locomo_path = require_data(args.data, "locomo/locomo_dev.json")
+    tau_path = require_data(args.data, "tau_bench/airline_dev.json")
+    out = out_dir(args.out)
+    v = versions(PEER_PACKAGES)
+    print_versions(v)
+    started = time.perf_counter()
+    counter = TokenCounter()
+    datasets: dict[str, list[Conversation]] = {
+        "LoCoMo": load_locomo(locomo_path),
+        "tau-bench": load_tau_bench(tau_path),
+    }
+    if args.quick:
+        datasets = {
+            "LoCoMo": [Conversation(c.name, c.messages[:160]) for c in datasets["LoCoMo"][:1]],
+            "tau-bench": datasets["tau-bench"][:5],
+        }
+    ours = {f"ours: {RECOMMENDED}": SETTINGS[RECOMMENDED], f"ours: {DEFAULT}": SETTINGS[DEFAULT]}
+    table = Table(f"Side by side at a {BUDGET}-token budget", COLUMNS)
+    results: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, conversations in datasets.items():
+        conv_tokens = sum(conversation_tokens(c, counter) for c in conversations)
+        runs: dict[str, list[SystemRun]] = {}
+        for label, config in ours.items():
+            progress(f"{name}: {label}")
+            runs[label] = [await run_ours(c, config, counter, label) for c in conversations]
+        progress(f"{name}: LangChain")
+        runs[f"LangChain SummarizationMiddleware (keep {KEEP_MESSAGES} msgs)"] = [
+            run_langchain(lc, c, counter) for c in conversations
+        ]
+        progress(f"{name}: LangMem")
+        runs[f"LangMem summarize_messages (max_summary_tokens {LANGMEM_SUMMARY_TOKENS})"] = [
+            run_langmem(lc, c, counter) for c in conversations
+        ]
+        results[name] = {}
+        for label, rs in runs.items():
+            a = aggregate(rs, conv_tokens)
+            results[name][label] = a
+            table.add(
+                f"{name} ({len(conversations)})",
+                label,
+                a["steps"],
+                round(a["mean"]),
+                a["max"],
+                a["over"],
+                a["calls"],
+                round(a["input_ratio"], 2),
+                round(a["verbatim"], 1),
+                a["p50_us"],
+                a["p99_us"],
+                a["violations"],
+            )
+        window = [baseline_runs(c, counter)[1] for c in conversations]
+        steps = [x for r in window for x in r.steps]
+        table.add(
+            f"{name} ({len(conversations)})",
+            "(reference: sliding window, no summary)",
+            len(steps),
+            round(mean([x.tokens for x in steps])),
+            max(x.tokens for x in steps),
+            sum(1 for x in steps if x.tokens > BUDGET),
+            "-",
+            "-",
+            round(mean([x.verbatim for x in steps]), 1),
+            "-",
+            "-",
+            sum(x.violations for x in steps),
+        )
+
+    verdict = Table(
+        "Against each peer (ours = the recommended setting): is ours at least as good on each "
+        "column?",
+        [
+            "data set",
+            "peer",
+            "budget adherence",
+            "tool-pair safety",
+            "per-step p99",
+            "summarizer input",
+            "verbatim msgs",
+            "peer better on every column",
+        ],
+    )
+    mine = f"ours: {RECOMMENDED}"
+    for name, by in results.items():
+        o = by[mine]
+        for label, a in by.items():
+            if label.startswith("ours"):
+                continue
+            checks = {
+                "budget": o["over"] <= a["over"],
+                "tools": o["violations"] <= a["violations"],
+                "p99": o["p99_us"] <= a["p99_us"],
+                "input": o["input_ratio"] <= a["input_ratio"],
+                "verbatim": o["verbatim"] >= a["verbatim"],
+            }
+            peer_dominates = (
+                a["over"] <= o["over"]
+                and a["violations"] <= o["violations"]
+                and a["p99_us"] <= o["p99_us"]
+                and a["input_ratio"] <= o["input_ratio"]
+                and a["verbatim"] >= o["verbatim"]
+                and a["mean"] <= o["mean"]
+            )
+            verdict.add(name, label.split(" (")[0], *checks.values(), peer_dominates)
+    notes = [
+        f"Budget {BUDGET} tokens for the whole prompt. Ours: host context_window {BUDGET}, "
+        "reserve_for_reply 0. LangChain: trigger=('tokens', 4000 - system prompt tokens), "
+        f"keep=('messages', {KEEP_MESSAGES}), the system prompt outside the state (as create_agent "
+        f"has it). LangMem: max_tokens={BUDGET}, max_summary_tokens={LANGMEM_SUMMARY_TOKENS}, the "
+        "system prompt as its first message.",
+        "Same token counter everywhere (tiktoken cl100k_base, OpenAI chat formula, each message "
+        "counted once); same fake instant summarizer answering ~300 tokens (extractive).",
+        "tau-bench trajectories have a ~1,260-token policy system message: it is core memory for "
+        "every system (never summarized).",
+        "The sliding-window row is a reference floor for budget adherence (newest messages that "
+        "fit, tool groups whole), not a peer.",
+        "Per-step time: ours = the plugin's receivers and hooks on the turn path, host dispatch "
+        "included (compressions run in the background); peers = the middleware / function call, "
+        "summarizer call included (they summarize inline).",
+    ]
+    write_results(
+        "peers",
+        "Side by side with LangChain v1 SummarizationMiddleware and LangMem",
+        [table, verdict],
+        out=out,
+        versions_used=v,
+        settings={"budget": BUDGET, "keep_messages": KEEP_MESSAGES, "quick": args.quick},
+        runtime_s=time.perf_counter() - started,
+        notes=notes,
+        extra=results,
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,147 @@
+"""Replaying a data-set conversation through the real host, step by step (one step = one model
+call), and the baselines computed for the same steps from the conversation alone."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from common import (
+    BUDGET,
+    SYSTEM_PROMPT,
+    Rig,
+    TokenCounter,
+    sent_usage,
+    sliding_window,
+    tool_pair_violations,
+    verbatim_count,
+)
+
+from host_stub.datasets import Conversation
+from host_stub.transcripts import split_turns
+
+
+@dataclass
+class Step:
+    """One model call: the tokens of the prompt sent (as the host measured them), how many
+    conversation messages it held verbatim, and its tool-pair violations."""
+
+    tokens: int
+    verbatim: int
+    violations: int = 0
+
+
+@dataclass
+class SystemRun:
+    name: str
+    steps: list[Step] = field(default_factory=list)
+    summarizer_calls: int = 0
+    summarizer_input_tokens: int = 0
+    #: Per-step time the memory component added (seconds), where measured.
+    step_times: list[float] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def over_budget(self) -> int:
+        return sum(1 for s in self.steps if s.tokens > BUDGET)
+
+
+def step_positions(conversation: Conversation) -> list[int]:
+    """Index, in ``conversation.messages``, of each message the host makes a model call for
+    (every recorded assistant message, as ``Host._replay_turn`` does)."""
+    positions = []
+    pos = 0
+    for inputs, recorded in split_turns(conversation.messages):
+        pos += len(inputs)
+        for m in recorded:
+            if m.role == "assistant":
+                positions.append(pos)
+            pos += 1
+    return positions
+
+
+def conversation_tokens(conversation: Conversation, counter: TokenCounter) -> int:
+    return sum(counter.stored(m.to_openai()) for m in conversation.messages)
+
+
+def baseline_runs(
+    conversation: Conversation, counter: TokenCounter, budget: int = BUDGET
+) -> tuple[SystemRun, SystemRun, SystemRun]:
+    """No compression, the sliding window (tool groups kept whole) and the naive sliding window
+    (cut anywhere), for the same steps as the host replay. System messages are core memory:
+    always sent, never windowed."""
+    none, window, naive = (
+        SystemRun("no compression"),
+        SystemRun("sliding window"),
+        SystemRun("naive sliding window"),
+    )
+    wire = [m.to_openai() for m in conversation.messages]
+    system_base = counter.text(SYSTEM_PROMPT)
+    for pos in step_positions(conversation):
+        before = wire[:pos]
+        system = [m for m in before if m["role"] == "system"]
+        history = [m for m in before if m["role"] != "system"]
+        fixed = system_base + sum(counter.stored(m) for m in system)
+        tokens = [counter.stored(m) for m in history]
+        none.steps.append(Step(fixed + sum(tokens), len(history), tool_pair_violations(history)))
+        start = sliding_window(history, budget, fixed, tokens, keep_groups=True)
+        window.steps.append(
+            Step(
+                fixed + sum(tokens[start:]),
+                len(history) - start,
+                tool_pair_violations(history[start:]),
+            )
+        )
+        start = sliding_window(history, budget, fixed, tokens, keep_groups=False)
+        naive.steps.append(
+            Step(
+                fixed + sum(tokens[start:]),
+                len(history) - start,
+                tool_pair_violations(history[start:]),
+            )
+        )
+    return none, window, naive
+
+
+async def replay_through_host(
+    rig: Rig,
+    conversation: Conversation,
+    session_id: str,
+    *,
+    drain: bool = False,
+    after_turn: Callable[[Any], Awaitable[None]] | None = None,
+) -> SystemRun:
+    """Replay ``conversation`` with ``Host.run_turn(..., recorded=...)``: the recorded replies
+    stand in for the model, the plugin runs for real. Steps are what the host measured
+    (``TurnResult.usage``) and sent (``TurnResult.sent``)."""
+    run = SystemRun("plugin")
+    for inputs, recorded in split_turns(conversation.messages):
+        result = await rig.host.run_turn(session_id, inputs, recorded=recorded)
+        if result.error:
+            raise RuntimeError(f"{session_id}: turn failed: {result.error}")
+        for usage, prompt in zip(sent_usage(result), result.sent, strict=True):
+            run.steps.append(
+                Step(
+                    usage.used - usage.breakdown.reserved_for_reply,
+                    verbatim_count(prompt),
+                    tool_pair_violations(prompt),
+                )
+            )
+        if drain:
+            await rig.drain()
+        if after_turn is not None:
+            await after_turn(result)
+    return run
+
+
+def summarize_steps(runs: Sequence[SystemRun]) -> dict[str, float]:
+    steps = [s for r in runs for s in r.steps]
+    return {
+        "steps": len(steps),
+        "mean": sum(s.tokens for s in steps) / max(1, len(steps)),
+        "max": max((s.tokens for s in steps), default=0),
+        "over": sum(1 for s in steps if s.tokens > BUDGET),
+        "verbatim": sum(s.verbatim for s in steps) / max(1, len(steps)),
+        "violations": sum(s.violations for s in steps),
+    }

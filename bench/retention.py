@@ -1,0 +1,453 @@
+"""Fact retention with the offline ``rules`` summarizer at a fixed 4,000-token budget, against a
+sliding window of the same budget.
+
+- LoCoMo (QA categories 1-4): after the whole conversation, is each QA's evidence still in the
+  context the next model call would get (summary + kept window, built by the real host with
+  ``dry_run``)? Measured as the share of the evidence turns' content words, and of the answer's
+  tokens, present in it.
+- tau-bench airline: at every cut (every compression the plugin committed; every turn that made
+  the sliding window drop a message), the share of the ground-truth action argument values
+  (identifiers of 5+ characters from ``info.task.actions``) seen so far that are still in the
+  context after the cut; plus tool-pair violations in the active history after every cut and in
+  every prompt sent.
+
+    python bench/retention.py [--data DIR] [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (  # noqa: E402
+    BUDGET,
+    SYSTEM_PROMPT,
+    Table,
+    TokenCounter,
+    answer_tokens,
+    content_words,
+    make_rig,
+    mean,
+    out_dir,
+    parser,
+    print_versions,
+    progress,
+    require_data,
+    sliding_window,
+    tool_pair_violations,
+    versions,
+    words,
+    write_results,
+)
+from fakes import BenchLLM  # noqa: E402
+from replay import replay_through_host  # noqa: E402
+from settings import DEFAULT, RECOMMENDED, SETTINGS, quick_settings  # noqa: E402
+
+from host_stub.datasets import (  # noqa: E402
+    Conversation,
+    load_locomo,
+    load_tau_bench,
+    tau_action_identifiers,
+)
+from host_stub.messages import text_of  # noqa: E402
+from host_stub.transcripts import split_turns  # noqa: E402
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+_PREFIX = re.compile(r"^\[[^\]]*\]\s*[^:]{1,40}:\s*")
+_DIA = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)")
+
+
+def prompt_text(prompt: list[dict[str, Any]]) -> str:
+    parts = []
+    for m in prompt:
+        parts.append(text_of(m.get("content")))
+        for call in m.get("tool_calls") or []:
+            parts.append(str(call.get("function", {}).get("arguments", "")))
+    return "\n".join(parts)
+
+
+def evidence_indexes(conversation: Conversation, evidence: list[str]) -> list[int]:
+    out = []
+    for item in evidence:
+        for match in _DIA.finditer(str(item)):
+            key = f"D{match.group(1)}:{match.group(2)}"
+            if key in conversation.turn_index:
+                out.append(conversation.turn_index[key])
+    return sorted(set(out))
+
+
+# -- LoCoMo ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class QAScore:
+    category: int
+    evidence_recall: float
+    answer_recall: float
+    answer_present: bool
+    evidence_verbatim: float
+
+
+def score_locomo(
+    conversation: Conversation, context: str, verbatim_indexes: set[int]
+) -> list[QAScore]:
+    present = set(words(context))
+    scores = []
+    for qa in conversation.qa:
+        category = qa.get("category")
+        if category not in CATEGORIES or "answer" not in qa:
+            continue
+        indexes = evidence_indexes(conversation, qa.get("evidence", []))
+        if not indexes or indexes[-1] >= len(conversation.messages):
+            continue  # no usable evidence, or (--quick) beyond the replayed part
+        wanted: set[str] = set()
+        for i in indexes:
+            wanted |= content_words(_PREFIX.sub("", text_of(conversation.messages[i].content)))
+        answer = answer_tokens(str(qa["answer"]))
+        scores.append(
+            QAScore(
+                category=category,
+                evidence_recall=len(wanted & present) / len(wanted) if wanted else 1.0,
+                answer_recall=len(answer & present) / len(answer) if answer else 1.0,
+                answer_present=answer <= present,
+                evidence_verbatim=sum(1 for i in indexes if i in verbatim_indexes) / len(indexes),
+            )
+        )
+    return scores
+
+
+async def plugin_final_context(
+    conversation: Conversation, config: dict[str, Any], counter: TokenCounter
+) -> tuple[str, str, set[int], dict[str, Any]]:
+    """Replay with the rules engine; the dry-run prompt after the last turn: its whole text, its
+    text without the summary, and which conversation messages it holds verbatim."""
+    llm = BenchLLM(counter=counter, default_model=None)  # no summarizer model: the rules engine
+    rig = await make_rig(llm, config)
+    try:
+        await replay_through_host(rig, conversation, conversation.name, drain=True)
+        _, prompt, usage, _ = await rig.host.build_prompt(conversation.name, dry_run=True)
+        active = [
+            m for m in await rig.host.memory.get_history(conversation.name) if not m.is_marker
+        ]
+        n = len(conversation.messages)
+        kept = {(m.seq or 0) - 1 for m in active if m.seq is not None and (m.seq or 0) <= n}
+        summary_free = [
+            m
+            for m in prompt
+            if not (m["role"] == "system" and "conversation-summary" in str(m["content"]))
+        ]
+        info = {
+            "compressions": len(rig.finals("done")),
+            "errors": len(rig.finals("error")),
+            "final_tokens": usage.used,
+            "summary_tokens": usage.breakdown.summary,
+        }
+    finally:
+        await rig.close()
+    return prompt_text(prompt), prompt_text(summary_free), kept, info
+
+
+def window_final_context(conversation: Conversation, counter: TokenCounter) -> tuple[str, set[int]]:
+    wire = [m.to_openai() for m in conversation.messages]
+    history_idx = [i for i, m in enumerate(wire) if m["role"] != "system"]
+    history = [wire[i] for i in history_idx]
+    fixed = counter.text(SYSTEM_PROMPT) + sum(
+        counter.stored(m) for m in wire if m["role"] == "system"
+    )
+    start = sliding_window(history, BUDGET, fixed, [counter.stored(m) for m in history])
+    kept = set(history_idx[start:])
+    system = [m for m in wire if m["role"] == "system"]
+    return prompt_text(
+        [{"role": "system", "content": SYSTEM_PROMPT}, *system, *history[start:]]
+    ), kept
+
+
+def locomo_rows(label: str, scores: list[QAScore]) -> list[list[Any]]:
+    rows = []
+    by_cat: dict[Any, list[QAScore]] = defaultdict(list)
+    for s in scores:
+        by_cat[s.category].append(s)
+    for cat in [*sorted(by_cat), "all"]:
+        items = scores if cat == "all" else by_cat[cat]
+        rows.append(
+            [
+                label,
+                "all (1-4)" if cat == "all" else f"{cat} {CATEGORIES[cat]}",
+                len(items),
+                round(mean([s.evidence_recall for s in items]), 3),
+                round(mean([s.answer_recall for s in items]), 3),
+                round(mean([float(s.answer_present) for s in items]), 3),
+                round(mean([s.evidence_verbatim for s in items]), 3),
+            ]
+        )
+    return rows
+
+
+# -- tau-bench -------------------------------------------------------------------------------------
+
+
+def ids_in(text: str, ids: set[str]) -> set[str]:
+    return {i for i in ids if i in text}
+
+
+@dataclass
+class TauScore:
+    cuts: int = 0
+    seen: int = 0
+    kept: int = 0
+    history_violations: int = 0
+    sent_violations: int = 0
+    steps: int = 0
+    per_cut: list[float] = field(default_factory=list)
+
+    def add(self, other: TauScore) -> None:
+        self.cuts += other.cuts
+        self.seen += other.seen
+        self.kept += other.kept
+        self.history_violations += other.history_violations
+        self.sent_violations += other.sent_violations
+        self.steps += other.steps
+        self.per_cut += other.per_cut
+
+
+async def tau_plugin(
+    conversation: Conversation, config: dict[str, Any], counter: TokenCounter
+) -> TauScore:
+    ids = tau_action_identifiers(conversation)
+    llm = BenchLLM(counter=counter, default_model=None)
+    rig = await make_rig(llm, config)
+    score = TauScore()
+    session = conversation.name
+    appended: list[str] = []
+    last_version = [0]
+
+    async def after_turn(result: Any) -> None:
+        appended.extend(prompt_text([m.to_openai()]) for m in result.messages)
+        score.steps += len(result.sent)
+        score.sent_violations += sum(tool_pair_violations(p) for p in result.sent)
+        snap = await rig.host.memory.snapshot(session)
+        version = snap.record.version if snap.record else 0
+        if version == last_version[0]:
+            return
+        last_version[0] = version
+        score.cuts += 1
+        active = [m.to_openai() for m in snap.messages if not m.is_marker and m.role != "system"]
+        score.history_violations += tool_pair_violations(active)
+        _, prompt, _, _ = await rig.host.build_prompt(session, dry_run=True)
+        seen = ids_in("\n".join(appended), ids)
+        kept = ids_in(prompt_text(prompt), seen)
+        score.seen += len(seen)
+        score.kept += len(kept)
+        if seen:
+            score.per_cut.append(len(kept) / len(seen))
+
+    try:
+        await replay_through_host(rig, conversation, session, drain=True, after_turn=after_turn)
+    finally:
+        await rig.close()
+    return score
+
+
+def tau_window(conversation: Conversation, counter: TokenCounter, *, keep_groups: bool) -> TauScore:
+    ids = tau_action_identifiers(conversation)
+    score = TauScore()
+    wire = [m.to_openai() for m in conversation.messages]
+    base = counter.text(SYSTEM_PROMPT)
+    pos = 0
+    last_start = 0
+    for inputs, recorded in split_turns(conversation.messages):
+        pos += len(inputs) + len(recorded)
+        before = wire[:pos]
+        system = [m for m in before if m["role"] == "system"]
+        history = [m for m in before if m["role"] != "system"]
+        fixed = base + sum(counter.stored(m) for m in system)
+        start = sliding_window(
+            history, BUDGET, fixed, [counter.stored(m) for m in history], keep_groups=keep_groups
+        )
+        if start == last_start:
+            continue
+        last_start = start
+        score.cuts += 1
+        score.history_violations += tool_pair_violations(history[start:])
+        seen = ids_in(prompt_text(before), ids)
+        kept = ids_in(prompt_text(system + history[start:]), seen)
+        score.seen += len(seen)
+        score.kept += len(kept)
+        if seen:
+            score.per_cut.append(len(kept) / len(seen))
+    return score
+
+
+def tau_row(label: str, score: TauScore, trajectories: int) -> list[Any]:
+    return [
+        label,
+        trajectories,
+        score.cuts,
+        score.seen,
+        round(score.kept / score.seen, 3) if score.seen else float("nan"),
+        round(mean(score.per_cut), 3) if score.per_cut else float("nan"),
+        score.history_violations,
+        score.sent_violations if score.steps else "-",
+    ]
+
+
+async def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    args = p.parse_args()
+    locomo_path = require_data(args.data, "locomo/locomo_dev.json")
+    tau_path = require_data(args.data, "tau_bench/airline_dev.json")
+    out = out_dir(args.out)
+    v = versions()
+    print_versions(v)
+    started = time.perf_counter()
+    counter = TokenCounter()
+    conversations = load_locomo(locomo_path)
+    trajectories = load_tau_bench(tau_path)
+    settings = SETTINGS
+    if args.quick:
+        conversations = [
+            Conversation(c.name, c.messages[:160], c.qa, c.turn_index) for c in conversations[:1]
+        ]
+        trajectories = trajectories[:8]
+        settings = quick_settings()
+    recommended = RECOMMENDED if RECOMMENDED in settings else DEFAULT
+
+    # LoCoMo: every setting, plus the sliding window.
+    by_setting: dict[str, list[QAScore]] = {name: [] for name in settings}
+    no_summary: dict[str, list[QAScore]] = {name: [] for name in settings}
+    window_scores: list[QAScore] = []
+    infos: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for conv in conversations:
+        context, kept_text, kept, _ = "", "", set(), {}
+        for name, config in settings.items():
+            progress(f"locomo {conv.name}: {name}")
+            context, kept_text, kept, info = await plugin_final_context(conv, config, counter)
+            by_setting[name] += score_locomo(conv, context, kept)
+            no_summary[name] += score_locomo(conv, kept_text, kept)
+            infos[name].append(info)
+        w_context, w_kept = window_final_context(conv, counter)
+        window_scores += score_locomo(conv, w_context, w_kept)
+
+    columns = [
+        "system",
+        "category",
+        "QAs",
+        "evidence words present",
+        "answer tokens present",
+        "answer fully present",
+        "evidence turns verbatim",
+    ]
+    locomo_table = Table(
+        f"LoCoMo, context after the last turn ({len(conversations)} conversations, QA "
+        "categories 1-4)",
+        columns,
+    )
+    for row in locomo_rows(f"plugin: {recommended}", by_setting[recommended]):
+        locomo_table.add(*row)
+    for row in locomo_rows("sliding window", window_scores):
+        locomo_table.add(*row)
+
+    sweep = Table(
+        "LoCoMo retention by setting (all categories 1-4); 'without summary' = the same "
+        "context with the summary block removed",
+        [
+            "setting",
+            "evidence words present",
+            "answer tokens present",
+            "answer fully present",
+            "without summary: evidence words",
+            "without summary: answer fully present",
+            "final context tokens (mean)",
+            "compressions",
+        ],
+    )
+    for name in settings:
+        s, k = by_setting[name], no_summary[name]
+        sweep.add(
+            name,
+            round(mean([x.evidence_recall for x in s]), 3),
+            round(mean([x.answer_recall for x in s]), 3),
+            round(mean([float(x.answer_present) for x in s]), 3),
+            round(mean([x.evidence_recall for x in k]), 3),
+            round(mean([float(x.answer_present) for x in k]), 3),
+            round(mean([i["final_tokens"] for i in infos[name]])),
+            sum(i["compressions"] for i in infos[name]),
+        )
+    sweep.add(
+        "(sliding window)",
+        round(mean([x.evidence_recall for x in window_scores]), 3),
+        round(mean([x.answer_recall for x in window_scores]), 3),
+        round(mean([float(x.answer_present) for x in window_scores]), 3),
+        "-",
+        "-",
+        "-",
+        "-",
+    )
+
+    # tau-bench: the default and the recommended setting, the window with and without groups.
+    tau_table = Table(
+        f"tau-bench airline ({len(trajectories)} trajectories): identifiers seen before each "
+        "cut still present after it",
+        [
+            "system",
+            "trajectories",
+            "cuts",
+            "ids seen (sum over cuts)",
+            "ids kept (pooled)",
+            "ids kept (mean per cut)",
+            "tool-pair violations after cuts",
+            "tool-pair violations in prompts sent",
+        ],
+    )
+    tau_scores: dict[str, TauScore] = {}
+    for name in dict.fromkeys([DEFAULT, recommended]):
+        total = TauScore()
+        progress(f"tau-bench: {name}")
+        for traj in trajectories:
+            total.add(await tau_plugin(traj, settings[name], counter))
+        tau_scores[name] = total
+        tau_table.add(*tau_row(f"plugin: {name}", total, len(trajectories)))
+    for label, groups in (
+        ("sliding window (tool groups whole)", True),
+        ("naive sliding window", False),
+    ):
+        total = TauScore()
+        for traj in trajectories:
+            total.add(tau_window(traj, counter, keep_groups=groups))
+        tau_table.add(*tau_row(label, total, len(trajectories)))
+
+    notes = [
+        f"Budget: host context_window {BUDGET}, reserve_for_reply 0; summarizer: none configured, "
+        "so every compression is the rules engine (deterministic, extractive).",
+        "LoCoMo: evidence words = content words (stop words and words under 3 letters removed) of "
+        "the evidence turns without their date/speaker prefix; present = found as a word anywhere "
+        "in the context the host would send next (dry_run build_prompt).",
+        "tau-bench: a cut of the plugin = a committed compression, measured after the turn it "
+        "followed (background work drained); a cut of the window = a turn end at which it dropped "
+        "a message. Context after a cut = the whole prompt (system, summary, kept messages, tool "
+        "arguments).",
+    ]
+    errors = {n: sum(i["errors"] for i in infos[n]) for n in settings}
+    write_results(
+        "retention",
+        "Fact retention, rules summarizer, 4,000-token budget",
+        [locomo_table, sweep, tau_table],
+        out=out,
+        versions_used=v,
+        settings={"budget": BUDGET, "engine": "rules", "quick": args.quick},
+        runtime_s=time.perf_counter() - started,
+        notes=notes,
+        extra={"settings": settings, "compression_errors": errors},
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

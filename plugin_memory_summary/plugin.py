@@ -409,17 +409,16 @@ class MemorySummaryPlugin:
         try:
             if joined and deadline is not None:
                 # A run started without our deadline may take a summarizer's full timeout: a
-                # blocking request waits for it only until its own deadline.
-                return await asyncio.wait_for(
-                    asyncio.shield(task), max(0.0, deadline - time.monotonic())
-                )
+                # blocking request waits for it only until its own deadline (asyncio.wait never
+                # cancels the run, and a TimeoutError of the run itself is not ours to rename).
+                done, _ = await asyncio.wait({task}, timeout=max(0.0, deadline - time.monotonic()))
+                if not done:
+                    return {
+                        "status": "error",
+                        "reason": "deadline passed while another compression of this session ran",
+                        "stats": {},
+                    }
             return await asyncio.shield(task)
-        except TimeoutError:
-            return {
-                "status": "error",
-                "reason": "deadline passed while another compression of this session ran",
-                "stats": {},
-            }
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if task.cancelled() and not (current is not None and current.cancelling()):

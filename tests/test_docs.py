@@ -216,6 +216,8 @@ def test_ci_installs_and_tests_exactly_as_the_readme_says() -> None:
     script = CI_RUN.read_text(encoding="utf-8")
     lines = [line.strip() for line in script.splitlines()]
     assert setup in lines, f"the README's set-up command is not a line of .ci/run: {setup}"
+    develop = next(c for c in commands if c.startswith("pip install") and "[dev]" in c)
+    assert develop in lines, f"the README's develop install is not a line of .ci/run: {develop}"
     assert any(line == test or line.startswith(test + " ") for line in lines), test
     assert "python -m host_stub.docgen README.md --check" in lines
     assert "set -euo pipefail" in lines

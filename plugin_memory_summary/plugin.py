@@ -50,7 +50,6 @@ __all__ = ["PLUGIN_NAME", "MemoryContext", "MemorySummaryPlugin"]
 PLUGIN_NAME = "memory-summary"
 log = logging.getLogger("plugin_memory_summary")
 
-FINAL = ("done", "error", "skipped")
 #: The ``skipped`` reason when another run holds the session's compression lease.
 LEASE_BUSY = "another run (in this or another process) holds the session's lease"
 _LOST_RACE = "lost-race"

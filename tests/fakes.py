@@ -18,6 +18,19 @@ def simple_count(text: str) -> int:
     return len(text) // 4 + 1
 
 
+def count_simple(messages_or_text: Any) -> int:
+    """The doubles' token count for a text or a list of messages: cheap and deterministic."""
+    if isinstance(messages_or_text, str):
+        return simple_count(messages_or_text)
+    total = 0
+    for m in messages_or_text:
+        data = m.to_openai() if isinstance(m, Message) else m
+        total += 4 + simple_count(json.dumps(data.get("content"), ensure_ascii=False))
+        if data.get("tool_calls"):
+            total += simple_count(json.dumps(data["tool_calls"]))
+    return total
+
+
 class ScriptedLLM:
     """An LLMService whose answers come from a queue (``enqueue``) or a ``default`` callable; it
     records every call. Token counts are a cheap deterministic estimate."""
@@ -95,12 +108,4 @@ class ScriptedLLM:
         return self.max_output
 
     def count_tokens(self, messages_or_text: Any, model: str | None = None) -> int:
-        if isinstance(messages_or_text, str):
-            return simple_count(messages_or_text)
-        total = 0
-        for m in messages_or_text:
-            data = m.to_openai() if isinstance(m, Message) else m
-            total += 4 + simple_count(json.dumps(data.get("content"), ensure_ascii=False))
-            if data.get("tool_calls"):
-                total += simple_count(json.dumps(data["tool_calls"]))
-        return total
+        return count_simple(messages_or_text)

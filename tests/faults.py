@@ -40,7 +40,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from fake_openai import Reply
-from fakes import simple_count
+from fakes import count_simple, simple_count
 
 from host_stub.messages import Message
 from host_stub.services import Completion, LLMUsage
@@ -434,15 +434,7 @@ class FaultyLLM:
         return self.max_output
 
     def count_tokens(self, messages_or_text: Any, model: str | None = None) -> int:
-        if isinstance(messages_or_text, str):
-            return simple_count(messages_or_text)
-        total = 0
-        for m in messages_or_text:
-            data = m.to_openai() if isinstance(m, Message) else m
-            total += 4 + simple_count(json.dumps(data.get("content"), ensure_ascii=False))
-            if data.get("tool_calls"):
-                total += simple_count(json.dumps(data["tool_calls"]))
-        return total
+        return count_simple(messages_or_text)
 
 
 # -- the same plan for the fake OpenAI-compatible server -------------------------------------------

@@ -25,6 +25,17 @@ async def drain(h: Any) -> None:
     assert await h.plugin.wait_idle(timeout=60)
 
 
+def gated_summarizer() -> tuple[asyncio.Event, Any]:
+    """A summarizer that answers valid JSON once the test sets the returned event."""
+    gate = asyncio.Event()
+
+    async def slow(sent: list[dict[str, Any]]) -> str:
+        await gate.wait()
+        return json_summary(sent)
+
+    return gate, slow
+
+
 # -- config ------------------------------------------------------------------------------------
 
 
@@ -496,12 +507,7 @@ async def test_off_strategy_does_nothing() -> None:
 
 
 async def test_clear_during_compression_wins() -> None:
-    gate = asyncio.Event()
-
-    async def slow(sent: list[dict[str, Any]]) -> str:
-        await gate.wait()
-        return json_summary(sent)
-
+    gate, slow = gated_summarizer()
     h = await make_harness({"threshold": 100, "keep_recent": 2}, llm=ScriptedLLM(default=slow))
     try:
         await h.turns("s", 4)
@@ -522,12 +528,7 @@ async def test_clear_during_compression_wins() -> None:
 
 
 async def test_clear_during_hard_compression_does_not_fail_the_turn() -> None:
-    gate = asyncio.Event()
-
-    async def slow(sent: list[dict[str, Any]]) -> str:
-        await gate.wait()
-        return json_summary(sent)
-
+    gate, slow = gated_summarizer()
     h = await make_harness(
         {
             "threshold": 100,
@@ -896,12 +897,7 @@ async def test_summary_budget_follows_the_chat_window_and_caps() -> None:
 
 
 async def test_hard_request_joining_a_slow_run_waits_only_until_its_deadline() -> None:
-    gate = asyncio.Event()
-
-    async def slow(sent: list[dict[str, Any]]) -> str:
-        await gate.wait()
-        return json_summary(sent)
-
+    gate, slow = gated_summarizer()
     h = await make_harness({"threshold": 100, "keep_recent": 2}, llm=ScriptedLLM(default=slow))
     try:
         await h.turns("s", 4)
@@ -924,8 +920,14 @@ async def test_a_blocked_watermark_replans_when_the_history_changes() -> None:
     """One huge message makes a compression useless for a while; the cooldown then holds only
     until the next message, so the hard watermark works again as soon as it can help."""
     h = await make_harness(
-        {"threshold": 1000, "keep_recent": 2, "auto_compress_threshold": 0,
-         "hard_compress_threshold": 0.9, "cooldown_s": 3600, "min_gain": 0.1},
+        {
+            "threshold": 1000,
+            "keep_recent": 2,
+            "auto_compress_threshold": 0,
+            "hard_compress_threshold": 0.9,
+            "cooldown_s": 3600,
+            "min_gain": 0.1,
+        },
         host={"context_window": 4000},
     )
     try:
@@ -936,6 +938,8 @@ async def test_a_blocked_watermark_replans_when_the_history_changes() -> None:
         # New, ordinary messages: the hard mark compresses again despite the long cooldown.
         for i in range(12):
             await h.turns("s", 1, start=100 + i, pad=300)
-        assert any(s["status"] == "done" and s["stats"].get("trigger") == "hard" for s in h.finals())
+        assert any(
+            s["status"] == "done" and s["stats"].get("trigger") == "hard" for s in h.finals()
+        )
     finally:
         await h.host.stop()

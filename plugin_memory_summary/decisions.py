@@ -6,12 +6,14 @@ tested without a loop, a store or a model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from host_stub.messages import Message, tool_groups
 
 __all__ = [
+    "CompressionPlan",
+    "after_compression",
     "Cut",
     "conversation_messages",
     "cut_point",
@@ -22,6 +24,7 @@ __all__ = [
     "summary_budget",
     "turn_triggered",
     "WatermarkPlan",
+    "plan_compression",
     "plan_watermark",
 ]
 
@@ -146,6 +149,7 @@ def plan_watermark(
     summary_budget_tokens: int,
     newest_tokens: int,
     summary_tokens_now: int = 0,
+    aim: float | None = None,
 ) -> WatermarkPlan:
     """Aim below the mark that fired by ``min_gain`` (so the next calls do not fire it again at
     once): the kept window may hold what is left of ``(mark - min_gain) x window`` after what
@@ -153,7 +157,9 @@ def plan_watermark(
     and the summary at its full budget, and always holds the newest message. When even the
     floor (what cannot be compressed, the newest message and the summary as it is now) reaches
     the mark, no compression can help: ``blocked`` says why (the caller warns once and waits for
-    the history to change instead of compressing on every call)."""
+    the history to change instead of compressing on every call). ``aim`` (default: ``mark``) is
+    the mark to aim under when a lower one fired at the same time (a blocking compression that
+    also passed the soft mark aims under the soft one, so no background run follows it)."""
     floor = fixed_tokens + min(summary_tokens_now, summary_budget_tokens) + newest_tokens
     if floor >= mark * context_window:
         return WatermarkPlan(
@@ -164,7 +170,7 @@ def plan_watermark(
                 f"({mark:.0%} of {context_window})"
             ),
         )
-    target = int(max(0.0, mark - min_gain) * context_window)
+    target = int(max(0.0, (mark if aim is None else min(aim, mark)) - min_gain) * context_window)
     return WatermarkPlan(max(newest_tokens, target - fixed_tokens - summary_budget_tokens))
 
 
@@ -179,3 +185,118 @@ def gain_estimate(
     summary may grow (up to its full budget, and never by more than what it takes in)."""
     growth = min(max(0, summary_budget_tokens - summary_tokens_now), archived_tokens)
     return (archived_tokens - growth) / max(1, context_window)
+
+
+@dataclass(frozen=True)
+class CompressionPlan:
+    """What one compression would do with a history, decided before any I/O.
+
+    ``skip`` says why nothing would run (``None`` = run). ``blocked`` is set when the watermark
+    floor is the reason (the caller cools down on it); ``gain`` when the soft mark's ``min_gain``
+    was checked."""
+
+    skip: str | None = None
+    blocked: str | None = None
+    cut: Cut | None = None
+    batches: list[list[Message]] = field(default_factory=list)
+    archived_tokens: int = 0
+    gain: float | None = None
+
+
+def plan_compression(
+    messages: Sequence[Message],
+    *,
+    reason: str,
+    threshold: int,
+    keep_recent: int,
+    keep_recent_tokens: int | None,
+    context_window: int,
+    mark: float | None,
+    min_gain: float,
+    breakdown: Mapping[str, int],
+    aim: float | None = None,
+    summary_budget_tokens: int,
+    batch_tokens: int,
+    max_batches: int,
+) -> CompressionPlan:
+    """The whole pre-flight of a compression, one function for every caller: the blocking
+    request checks it on the prompt's own view (no store read when nothing could be done) and
+    the run checks it again on its fresh snapshot.
+
+    ``messages`` is the active history (system messages are core memory, markers are ignored);
+    ``mark`` the watermark that fired (``None`` for a turn or a manual request), ``aim`` a lower
+    mark that fired with it (see :func:`plan_watermark`) and ``breakdown`` the host's usage
+    breakdown at that moment (empty = unknown)."""
+    conv = conversation_messages(messages)
+    if reason == "turn" and len(conv) < threshold:
+        return CompressionPlan(skip=f"{len(conv)} messages, below threshold {threshold}")
+    nothing = f"nothing to compress ({len(conv)} active messages)"
+    if len(conv) <= 1:
+        return CompressionPlan(skip=nothing)
+    keep_tokens = keep_recent_tokens
+    use_marks = bool(mark) and bool(breakdown)
+    if use_marks:
+        core = sum(m.tokens or 0 for m in messages if m.role == "system" and m.kind == "message")
+        fixed = (
+            breakdown.get("system", 0)
+            + breakdown.get("tool_defs", 0)
+            + breakdown.get("reserved_for_reply", 0)
+            + core
+        )
+        plan = plan_watermark(
+            context_window=context_window,
+            mark=mark or 0.0,
+            min_gain=min_gain,
+            fixed_tokens=fixed,
+            summary_budget_tokens=summary_budget_tokens,
+            newest_tokens=conv[-1].tokens or 0,
+            summary_tokens_now=breakdown.get("summary", 0),
+            aim=aim,
+        )
+        if plan.blocked is not None:
+            return CompressionPlan(skip=f"blocked: {plan.blocked}", blocked=plan.blocked)
+        if plan.keep_tokens is not None:
+            keep_tokens = (
+                plan.keep_tokens if keep_tokens is None else min(keep_tokens, plan.keep_tokens)
+            )
+    cut = cut_point(messages, keep_recent, keep_tokens)
+    if cut is None:
+        return CompressionPlan(skip=nothing)
+    batches = split_batches(cut.messages, batch_tokens)[:max_batches]
+    archived_tokens = sum(m.tokens or 0 for b in batches for m in b)
+    gain = None
+    if reason == "auto" and use_marks:
+        # The soft mark is not urgent: a compression that frees little waits until it can free
+        # more (the hard mark, if it comes first, compresses regardless).
+        gain = gain_estimate(
+            archived_tokens=archived_tokens,
+            summary_tokens_now=breakdown.get("summary", 0),
+            summary_budget_tokens=summary_budget_tokens,
+            context_window=context_window,
+        )
+        if gain < min_gain:
+            return CompressionPlan(skip=f"min_gain: would free {gain:.1%} of the window", gain=gain)
+    return CompressionPlan(cut=cut, batches=batches, archived_tokens=archived_tokens, gain=gain)
+
+
+def after_compression(
+    messages: Sequence[Message],
+    breakdown: Mapping[str, int],
+    *,
+    covered_up_to_seq: int,
+    summary_tokens: int,
+) -> tuple[list[Message], dict[str, int]]:
+    """The history and usage breakdown a prompt has once a compression archived every
+    conversation message up to ``covered_up_to_seq`` (core system messages stay) and its summary
+    block takes ``summary_tokens``: what a blocking request that joined another run plans on,
+    without reading the store again."""
+    left = [
+        m
+        for m in messages
+        if (m.role == "system" and m.kind == "message") or (m.seq or 0) > covered_up_to_seq
+    ]
+    after = dict(breakdown)
+    after["summary"] = summary_tokens
+    after["history"] = sum(m.tokens or 0 for m in left if not m.is_marker)
+    after["tools"] = 0
+    return left, after

@@ -27,17 +27,17 @@ from host_stub.services import (
 
 from .config import MemorySummaryConfig
 from .decisions import (
+    CompressionPlan,
+    after_compression,
     conversation_messages,
-    cut_point,
-    gain_estimate,
     hard_triggered,
-    plan_watermark,
+    plan_compression,
     soft_triggered,
     split_batches,
     summary_budget,
     turn_triggered,
 )
-from .hygiene import wrap_summary_block
+from .hygiene import framing_overhead, wrap_summary_block
 from .payload import SummaryPayload, render_payload
 from .prompts import detect_language
 from .record import SummaryRecord, dump_record, read_record
@@ -105,6 +105,7 @@ class MemorySummaryPlugin:
         #: Sessions whose run waits for a slot under max_concurrent_summaries.
         self._queued: set[str] = set()
         self._blocks: dict[tuple[str, int, int], tuple[str, int]] = {}
+        self._framing: dict[str, int] = {}
         self._ids = itertools.count(1)
         self._receivers: list[tuple[str, Callable[..., Any]]] = []
 
@@ -166,12 +167,42 @@ class MemorySummaryPlugin:
         newest = view.messages[-1].seq if view.messages else None
         if time.monotonic() < state.cooldown_until and state.blocked_seq == newest:
             return
+        # The same pre-flight the run makes, on the prompt's own view: when it says no
+        # compression could help, the call goes on without a store read or a lease.
+        budget = self._budget(view.context_window)
+        plan = self._plan(view.messages, "hard", state.breakdown, view.context_window, budget)
+        if plan.skip is not None:
+            if plan.blocked is not None:
+                self._cool_down(view.session_id, state, plan.blocked, newest)
+            request_id = self._request_id(view.session_id)
+            await self._emit(
+                request_id, view.session_id, "start", "hard", {"usage_ratio": view.usage_ratio}
+            )
+            await self._emit(request_id, view.session_id, "skipped", plan.skip, {})
+            return
+
+        def look_again(joined: dict[str, Any]) -> bool:
+            covered = joined["stats"].get("covered_up_to_seq")
+            if joined["status"] != "done" or covered is None:
+                return True
+            left, breakdown = after_compression(
+                view.messages,
+                state.breakdown,
+                covered_up_to_seq=covered,
+                summary_tokens=joined["stats"].get("block_tokens", budget),
+            )
+            ratio = sum(breakdown.values()) / view.context_window
+            if not hard_triggered(ratio, self.config.hard_compress_threshold, dry_run=False):
+                return False
+            return self._plan(left, "hard", breakdown, view.context_window, budget).skip is None
+
         try:
             await self.request(
                 view.session_id,
                 "hard",
                 usage_ratio=view.usage_ratio,
                 deadline_s=self.config.hard_deadline_s,
+                look_again=look_again,
             )
         except Exception:  # never fail the turn
             log.exception("hard compression of %s failed", view.session_id)
@@ -262,6 +293,10 @@ class MemorySummaryPlugin:
             rebuilt=payload["rebuilt"],
         ):
             return
+        if hard_triggered(
+            payload["usage_ratio"], self.config.hard_compress_threshold, dry_run=payload["dry_run"]
+        ):
+            return  # the blocking compression in before_model_call, right after, does it
         cooling = time.monotonic() < state.cooldown_until and state.blocked_seq == state.last_seq
         if session_id in self._running or cooling:
             return
@@ -360,10 +395,12 @@ class MemorySummaryPlugin:
         request_id: str | None = None,
         usage_ratio: float | None = None,
         deadline_s: float | None = None,
+        look_again: Callable[[dict[str, Any]], bool] | None = None,
     ) -> dict[str, Any]:
         """Compress a session (joining a compression already running for it) and report. Returns
         the final status ``{"status", "reason", "stats"}``; never raises for a failed
-        compression."""
+        compression. A blocking request that joined a run looks again afterwards (that run was
+        planned on an older snapshot) unless ``look_again(result of the joined run)`` says no."""
         request_id = request_id or self._request_id(session_id)
         final: dict[str, Any] = {"status": "error", "reason": "cancelled", "stats": {}}
         await self._emit(request_id, session_id, "start", reason, {"usage_ratio": usage_ratio})
@@ -371,7 +408,7 @@ class MemorySummaryPlugin:
             deadline = None if deadline_s is None else time.monotonic() + deadline_s
             joined = session_id in self._running
             final = await self._join_or_run(session_id, reason, deadline)
-            if joined and reason == "hard":
+            if joined and reason == "hard" and (look_again is None or look_again(final)):
                 # The run this request joined was built on an older snapshot: look again.
                 again = await self._join_or_run(session_id, reason, deadline)
                 if again["status"] == "done" or final["status"] != "done":
@@ -484,6 +521,12 @@ class MemorySummaryPlugin:
         assert self.llm is not None
         return self.llm.count_tokens(text, self._summary_model() or self.llm.default_model)
 
+    def _framing_tokens(self, lang: str) -> int:
+        tokens = self._framing.get(lang)
+        if tokens is None:
+            tokens = self._framing[lang] = self._count(framing_overhead(lang))
+        return tokens
+
     def _summary_model(self) -> str | None:
         assert self.llm is not None
         return self.config.summary_model or self.llm.default_model
@@ -566,6 +609,57 @@ class MemorySummaryPlugin:
         self._blocks[key] = (block, tokens)
         return block, tokens
 
+    def _plan(
+        self,
+        messages: list[Message],
+        reason: str,
+        breakdown: dict[str, int],
+        window: int,
+        budget: int,
+    ) -> CompressionPlan:
+        cfg = self.config
+        soft, hard = cfg.auto_compress_threshold, cfg.hard_compress_threshold
+        mark = {"auto": soft, "hard": hard}.get(reason)
+        # Past the hard mark the soft one fired too: one blocking run aims under the lower mark.
+        aim = min(soft, hard) if reason == "hard" and soft > 0 else None
+        return plan_compression(
+            messages,
+            reason=reason,
+            threshold=cfg.threshold,
+            keep_recent=cfg.keep_recent,
+            keep_recent_tokens=cfg.keep_recent_tokens,
+            context_window=window,
+            mark=mark,
+            aim=aim,
+            min_gain=cfg.min_gain,
+            breakdown=breakdown,
+            summary_budget_tokens=budget,
+            batch_tokens=self._batch_tokens(budget),
+            max_batches=cfg.max_batches_per_run,
+        )
+
+    def _cool_down(
+        self, session_id: str, state: SessionState, why: str, newest_seq: int | None
+    ) -> None:
+        """No compression can help: wait, but only while the history stays as it is (a new
+        message re-plans)."""
+        cfg = self.config
+        state.cooldown_until = time.monotonic() + cfg.cooldown_s
+        state.blocked_seq = newest_seq
+        if not state.warned:
+            state.warned = True
+            b = state.breakdown
+            log.warning(
+                "session %s: no compression can bring usage under the watermark: %s "
+                "(system prompt %d, tool definitions %d, reply reserve %d); cooling down %.0fs",
+                session_id,
+                why,
+                b.get("system", 0),
+                b.get("tool_defs", 0),
+                b.get("reserved_for_reply", 0),
+                cfg.cooldown_s,
+            )
+
     async def _compress_once(
         self, session_id: str, reason: str, deadline: float | None
     ) -> dict[str, Any]:
@@ -576,99 +670,21 @@ class MemorySummaryPlugin:
         state = self._refresh_state(snap)
         record = read_record(snap.record, snap.epoch)
         conv = conversation_messages(snap.messages)
-        if reason == "turn" and len(conv) < cfg.threshold:
-            return {
-                "status": "skipped",
-                "reason": f"{len(conv)} messages, below threshold {cfg.threshold}",
-                "stats": {},
-            }
-        if len(conv) <= 1 or (
-            reason not in ("auto", "hard")
-            and cut_point(snap.messages, cfg.keep_recent, cfg.keep_recent_tokens) is None
-        ):
-            return {
-                "status": "skipped",
-                "reason": f"nothing to compress ({len(conv)} active messages)",
-                "stats": {},
-            }
         window = self._context_window(session_id)
         budget = self._budget(window)
-        keep_tokens = cfg.keep_recent_tokens
-        mark = {"auto": cfg.auto_compress_threshold, "hard": cfg.hard_compress_threshold}.get(
-            reason
-        )
-        breakdown = state.breakdown if mark else {}
-        if breakdown and conv:
-            core = sum(
-                m.tokens or 0 for m in snap.messages if m.role == "system" and m.kind == "message"
-            )
-            fixed = (
-                breakdown.get("system", 0)
-                + breakdown.get("tool_defs", 0)
-                + breakdown.get("reserved_for_reply", 0)
-                + core
-            )
-            plan = plan_watermark(
-                context_window=window,
-                mark=mark or 0.0,
-                min_gain=cfg.min_gain,
-                fixed_tokens=fixed,
-                summary_budget_tokens=budget,
-                newest_tokens=conv[-1].tokens or 0,
-                summary_tokens_now=breakdown.get("summary", 0),
-            )
+        plan = self._plan(snap.messages, reason, state.breakdown, window, budget)
+        if plan.skip is not None:
             if plan.blocked is not None:
-                # Wait, but only while the history stays as it is: a new message re-plans.
-                state.cooldown_until = time.monotonic() + cfg.cooldown_s
-                state.blocked_seq = conv[-1].seq
-                if not state.warned:
-                    state.warned = True
-                    log.warning(
-                        "session %s: no compression can bring usage under the watermark: %s "
-                        "(system prompt %d, core system messages %d, tool definitions %d, reply "
-                        "reserve %d); cooling down %.0fs",
-                        session_id,
-                        plan.blocked,
-                        breakdown.get("system", 0),
-                        core,
-                        breakdown.get("tool_defs", 0),
-                        breakdown.get("reserved_for_reply", 0),
-                        cfg.cooldown_s,
-                    )
-                return {"status": "skipped", "reason": f"blocked: {plan.blocked}", "stats": {}}
-            if plan.keep_tokens is not None:
-                keep_tokens = (
-                    plan.keep_tokens if keep_tokens is None else min(keep_tokens, plan.keep_tokens)
-                )
-        cut = cut_point(snap.messages, cfg.keep_recent, keep_tokens)
-        if cut is None:
-            return {
-                "status": "skipped",
-                "reason": f"nothing to compress ({len(conv)} active messages)",
-                "stats": {},
-            }
-        batches = split_batches(cut.messages, self._batch_tokens(budget))[: cfg.max_batches_per_run]
+                self._cool_down(session_id, state, plan.blocked, conv[-1].seq)
+            stats = {} if plan.gain is None else {"gain": plan.gain}
+            return {"status": "skipped", "reason": plan.skip, "stats": stats}
+        batches = plan.batches
         covered = batches[-1][-1].seq or 0
-        archived_tokens = sum(m.tokens or 0 for b in batches for m in b)
+        archived_tokens = plan.archived_tokens
         # What these messages and the summary take in the context now.
         tokens_before = sum(m.tokens or 0 for m in conv) + (
             self._count(record.text) if record else 0
         )
-        if reason == "auto" and breakdown:
-            # The soft mark is not urgent: a compression that frees little waits until it can
-            # free more (the hard mark, if it comes first, compresses regardless).
-            gain = gain_estimate(
-                archived_tokens=archived_tokens,
-                summary_tokens_now=breakdown.get("summary", 0),
-                summary_budget_tokens=budget,
-                context_window=window,
-            )
-            if gain < cfg.min_gain:
-                return {
-                    "status": "skipped",
-                    "reason": f"min_gain: would free {gain:.1%} of the window",
-                    "stats": {"gain": gain},
-                }
         stats: dict[str, Any] = {
             "trigger": reason,
             "messages_summarized": 0,
@@ -756,6 +772,8 @@ class MemorySummaryPlugin:
         stats.update(
             messages_summarized=len(summarized),
             summary_tokens=summary_tokens,
+            # What the injected block will take (framing included, cut to the budget).
+            block_tokens=min(budget, summary_tokens + self._framing_tokens(lang)),
             covered_up_to_seq=covered_now,
         )
         if self.archive is not None:
@@ -793,12 +811,14 @@ class MemorySummaryPlugin:
         status: str,
         why: str,
     ) -> dict[str, Any]:
-        """Report a run that changed the history; the per-turn counters are read again from the
-        store, so its own marker and concurrent appends are counted exactly once."""
-        assert self.memory is not None
+        """Report a run that changed the history. The per-turn counters are read again from the
+        store on the session's next turn (as on its first turn in this process), so the run's
+        own marker and concurrent appends are counted exactly once, and a blocking run does not
+        pay for one more read of the whole history."""
         stats["tokens_after"] = tokens_after
         stats["duration_s"] = round(time.monotonic() - started, 4)
-        self._refresh_state(await self.memory.snapshot(session_id))
+        state = self._state.setdefault(session_id, SessionState())
+        state.synced = state.syncing = False
         return {"status": status, "reason": why, "stats": stats}
 
     # -- public API ----------------------------------------------------------------------------

@@ -1,0 +1,236 @@
+"""The blocking (hard watermark) path: it reads the store only when a compression can help, it
+is the only run when a call passes both marks at once, and after joining another run it plans
+on what that run left instead of running again."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fakes import ScriptedLLM
+from plugin_harness import json_summary, make_harness
+
+from host_stub.messages import Message
+from plugin_memory_summary.decisions import (
+    after_compression,
+    plan_compression,
+    plan_watermark,
+)
+
+
+def seq(messages: list[Message], tokens: int = 100) -> list[Message]:
+    return [
+        m.model_copy(update={"seq": i + 1, "tokens": m.tokens or tokens})
+        for i, m in enumerate(messages)
+    ]
+
+
+def plan(messages: list[Message], **overrides: Any) -> Any:
+    args: dict[str, Any] = {
+        "reason": "hard",
+        "threshold": 30,
+        "keep_recent": 100,
+        "keep_recent_tokens": None,
+        "context_window": 4000,
+        "mark": 0.9,
+        "min_gain": 0.1,
+        "breakdown": {"system": 100, "summary": 0},
+        "summary_budget_tokens": 500,
+        "batch_tokens": 10_000,
+        "max_batches": 4,
+    }
+    args.update(overrides)
+    return plan_compression(messages, **args)
+
+
+class CountingMemory:
+    """The harness store, counting the calls a compression run starts with."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.leases = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def acquire_lease(self, name: str, ttl_s: float) -> Any:
+        self.leases += 1
+        return await self._inner.acquire_lease(name, ttl_s)
+
+
+# -- pure ------------------------------------------------------------------------------------------
+
+
+def test_plan_says_why_nothing_would_run() -> None:
+    one = seq([Message(role="user", content="u")])
+    assert plan(one).skip == "nothing to compress (1 active messages)"
+    # The newest message alone reaches the mark: blocked, whatever the history before it.
+    huge = seq([Message(role="user", content=str(i)) for i in range(5)])
+    huge[-1] = huge[-1].model_copy(update={"tokens": 3500})
+    blocked = plan(huge)
+    assert blocked.skip is not None and blocked.skip.startswith("blocked: ")
+    assert blocked.blocked is not None and "newest message 3500" in blocked.blocked
+    few = seq([Message(role="user", content=str(i)) for i in range(30)], tokens=10)
+    assert plan(few, reason="turn", threshold=31).skip == "30 messages, below threshold 31"
+    # The soft mark waits until a run frees at least min_gain of the window.
+    small = plan(few, reason="auto", mark=0.7, min_gain=0.5)
+    assert small.skip is not None and small.skip.startswith("min_gain: ")
+    assert small.gain is not None and small.gain < 0.5
+
+
+def test_plan_runs_with_batches_of_what_the_cut_covers() -> None:
+    msgs = seq([Message(role="user", content=str(i)) for i in range(40)])
+    p = plan(msgs)
+    assert p.skip is None and p.cut is not None
+    assert [m.seq for b in p.batches for m in b] == [m.seq for m in p.cut.messages]
+    assert p.archived_tokens == 100 * len(p.cut.messages)
+    # keep window = (0.9 - 0.1) x 4000 - fixed 100 - summary budget 500 = 2600 tokens = 26 msgs
+    assert len(p.cut.kept) == 26
+
+
+def test_a_blocking_run_past_both_marks_aims_under_the_lower_one() -> None:
+    kwargs = dict(
+        context_window=4000,
+        mark=0.9,
+        min_gain=0.1,
+        fixed_tokens=100,
+        summary_budget_tokens=500,
+        newest_tokens=100,
+    )
+    assert plan_watermark(**kwargs).keep_tokens == 3200 - 100 - 500  # type: ignore[arg-type]
+    aimed = plan_watermark(aim=0.7, **kwargs)  # type: ignore[arg-type]
+    assert aimed.keep_tokens == 2400 - 100 - 500  # (0.7 - 0.1) x 4000
+    # The floor is still judged against the mark that fired, not the lower aim.
+    assert plan_watermark(**{**kwargs, "newest_tokens": 3000}, aim=0.7).blocked is None  # type: ignore[arg-type]
+    msgs = seq([Message(role="user", content=str(i)) for i in range(40)])
+    assert len(plan(msgs, aim=0.7).cut.kept) == 18 < len(plan(msgs).cut.kept) == 26
+
+
+def test_after_compression_keeps_core_and_newer_messages_and_the_new_summary() -> None:
+    msgs = seq(
+        [Message(role="system", content="core")]
+        + [Message(role="user", content=str(i)) for i in range(9)]
+    )
+    left, breakdown = after_compression(
+        msgs,
+        {"system": 50, "summary": 0, "history": 1000, "tools": 300, "tool_defs": 7},
+        covered_up_to_seq=6,
+        summary_tokens=120,
+    )
+    assert [m.seq for m in left] == [1, 7, 8, 9, 10]
+    assert breakdown == {"system": 50, "summary": 120, "history": 500, "tools": 0, "tool_defs": 7}
+
+
+# -- through the host ------------------------------------------------------------------------------
+
+
+async def test_a_hard_mark_no_compression_can_help_takes_no_lease_and_still_reports() -> None:
+    h = await make_harness(
+        {
+            "threshold": 1000,
+            "keep_recent": 2,
+            "auto_compress_threshold": 0,
+            "hard_compress_threshold": 0.9,
+            "cooldown_s": 0,
+        },
+        host={"context_window": 4000},
+    )
+    memory = CountingMemory(h.plugin.memory)
+    h.plugin.memory = memory
+    try:
+        await h.turns("s", 2)
+        # The newest message alone is over the mark: planning on the prompt's view says so.
+        for _ in range(3):
+            await h.host.run_turn(
+                "s", "x " * 7600, recorded=[Message(role="assistant", content="ok")]
+            )
+        finals = h.finals()
+        assert len(finals) == 3 and all(s["reason"].startswith("blocked: ") for s in finals)
+        starts = [s for s in h.statuses if s["status"] == "start"]
+        assert {s["request_id"] for s in starts} == {s["request_id"] for s in finals}
+        assert memory.leases == 0 and h.llm.calls == []
+    finally:
+        await h.host.stop()
+
+
+async def test_a_call_past_both_marks_runs_one_blocking_compression_only() -> None:
+    h = await make_harness(
+        {
+            "threshold": 1000,
+            "keep_recent": 50,
+            "auto_compress_threshold": 0.5,
+            "hard_compress_threshold": 0.6,
+            "min_gain": 0.05,
+        },
+        host={"context_window": 4000, "system_prompt": "S"},
+    )
+    try:
+        # ~35% of the window in small turns, then one message that passes both marks at once.
+        for i in range(200):
+            result = (await h.turns("s", 1, start=i, pad=100))[0]
+            if result.usage[-1].usage_ratio >= 0.35:
+                break
+        assert not h.requests and not h.finals()
+        result = await h.host.run_turn(
+            "s", "big " * 1200, recorded=[Message(role="assistant", content="ok")]
+        )
+        await h.plugin.wait_idle(timeout=30)
+        first, rebuilt = result.usage
+        assert first.usage_ratio >= 0.6 and rebuilt.rebuilt
+        assert not h.requests  # no background (soft) request next to the blocking one
+        done = [s for s in h.finals() if s["status"] == "done"]
+        assert [s["stats"]["trigger"] for s in done] == ["hard"]
+        # It aimed under the soft mark, so the next call does not start another run.
+        assert rebuilt.usage_ratio < 0.5
+        await h.turns("s", 1, start=500)
+        await h.plugin.wait_idle(timeout=30)
+        assert not h.requests and len(h.finals()) == 1
+    finally:
+        await h.host.stop()
+
+
+async def test_a_blocking_request_that_joined_a_run_which_made_room_does_not_run_again() -> None:
+    gate = asyncio.Event()
+
+    async def slow(sent: list[dict[str, Any]]) -> str:
+        await gate.wait()
+        return json_summary(sent)
+
+    h = await make_harness(
+        {
+            "threshold": 1000,
+            "keep_recent": 2,
+            "auto_compress_threshold": 0,
+            "hard_compress_threshold": 0.5,
+        },
+        host={"context_window": 4000, "system_prompt": "S"},
+        llm=ScriptedLLM(default=slow),
+    )
+    memory = CountingMemory(h.plugin.memory)
+    h.plugin.memory = memory
+    try:
+        for i in range(40):
+            result = (await h.turns("s", 1, start=i, pad=150))[0]
+            if result.usage[-1].usage_ratio >= 0.4:
+                break
+        assert not h.finals()
+        _, _, usage, view = await h.host.build_prompt("s")
+        assert usage.usage_ratio < 0.5
+        # A prompt over the hard mark while a manual run of the same session waits on the model.
+        view = view.model_copy(update={"usage_ratio": 0.55})
+        manual = asyncio.ensure_future(h.plugin.compress("s"))
+        while not h.plugin._running:
+            await asyncio.sleep(0.01)
+        blocking = asyncio.ensure_future(h.plugin.before_model_call(view))
+        await asyncio.sleep(0.05)
+        assert not blocking.done()  # it joined the running compression
+        gate.set()
+        await blocking
+        assert (await manual)["status"] == "done"
+        # What the manual run left (2 messages and its summary) is far under the mark.
+        assert memory.leases == 1
+        finals = h.finals()
+        assert len(finals) == 2 and all(s["status"] == "done" for s in finals)
+    finally:
+        gate.set()
+        await h.host.stop()

@@ -203,6 +203,12 @@ class MemorySummaryPlugin:
                 usage_ratio=view.usage_ratio,
                 deadline_s=self.config.hard_deadline_s,
                 look_again=look_again,
+                snapshot=Snapshot.model_construct(
+                    session_id=view.session_id,
+                    epoch=view.epoch,
+                    messages=view.messages,
+                    record=view.summary,
+                ),
             )
         except Exception:  # never fail the turn
             log.exception("hard compression of %s failed", view.session_id)
@@ -396,18 +402,22 @@ class MemorySummaryPlugin:
         usage_ratio: float | None = None,
         deadline_s: float | None = None,
         look_again: Callable[[dict[str, Any]], bool] | None = None,
+        snapshot: Snapshot | None = None,
     ) -> dict[str, Any]:
         """Compress a session (joining a compression already running for it) and report. Returns
         the final status ``{"status", "reason", "stats"}``; never raises for a failed
         compression. A blocking request that joined a run looks again afterwards (that run was
-        planned on an older snapshot) unless ``look_again(result of the joined run)`` says no."""
+        planned on an older snapshot) unless ``look_again(result of the joined run)`` says no.
+        ``snapshot``: a consistent read the caller already holds (the prompt's view); a run this
+        request starts uses it instead of reading again (the commit's compare-and-set on version
+        and epoch still catches anything written since, and a lost race reads afresh)."""
         request_id = request_id or self._request_id(session_id)
         final: dict[str, Any] = {"status": "error", "reason": "cancelled", "stats": {}}
         await self._emit(request_id, session_id, "start", reason, {"usage_ratio": usage_ratio})
         try:
             deadline = None if deadline_s is None else time.monotonic() + deadline_s
             joined = session_id in self._running
-            final = await self._join_or_run(session_id, reason, deadline)
+            final = await self._join_or_run(session_id, reason, deadline, snapshot)
             if joined and reason == "hard" and (look_again is None or look_again(final)):
                 # The run this request joined was built on an older snapshot: look again.
                 again = await self._join_or_run(session_id, reason, deadline)
@@ -429,7 +439,11 @@ class MemorySummaryPlugin:
         return final
 
     async def _join_or_run(
-        self, session_id: str, reason: str, deadline: float | None
+        self,
+        session_id: str,
+        reason: str,
+        deadline: float | None,
+        snapshot: Snapshot | None = None,
     ) -> dict[str, Any]:
         task = self._running.get(session_id)
         joined = task is not None and not task.done()
@@ -439,7 +453,7 @@ class MemorySummaryPlugin:
             # the two runs apart; the queued one then finds less or nothing to do).
             joined = False
         if not joined:
-            task = asyncio.ensure_future(self._run(session_id, reason, deadline))
+            task = asyncio.ensure_future(self._run(session_id, reason, deadline, snapshot))
             self._running[session_id] = task
             task.add_done_callback(lambda t, s=session_id: self._forget_task(s, t))
         try:
@@ -465,22 +479,32 @@ class MemorySummaryPlugin:
         if self._running.get(session_id) is task:
             del self._running[session_id]
 
-    async def _run(self, session_id: str, reason: str, deadline: float | None) -> dict[str, Any]:
+    async def _run(
+        self,
+        session_id: str,
+        reason: str,
+        deadline: float | None,
+        snapshot: Snapshot | None = None,
+    ) -> dict[str, Any]:
         assert self._semaphore is not None
         if reason == "hard":  # blocking requests bypass the global cap
-            return await self._run_leased(session_id, reason, deadline)
+            return await self._run_leased(session_id, reason, deadline, snapshot)
         self._queued.add(session_id)
         try:
             await self._semaphore.acquire()
         finally:
             self._queued.discard(session_id)
         try:
-            return await self._run_leased(session_id, reason, deadline)
+            return await self._run_leased(session_id, reason, deadline, snapshot)
         finally:
             self._semaphore.release()
 
     async def _run_leased(
-        self, session_id: str, reason: str, deadline: float | None
+        self,
+        session_id: str,
+        reason: str,
+        deadline: float | None,
+        snapshot: Snapshot | None = None,
     ) -> dict[str, Any]:
         """One run under the session's cross-process lease."""
         assert self.memory is not None
@@ -504,9 +528,10 @@ class MemorySummaryPlugin:
         deadline = lease_end if deadline is None else min(deadline, lease_end)
         try:
             for _ in range(3):
-                result = await self._compress_once(session_id, reason, deadline)
+                result = await self._compress_once(session_id, reason, deadline, snapshot)
                 if result["status"] != _LOST_RACE:
                     return result
+                snapshot = None  # lost the race: read afresh
             return {
                 "status": "skipped",
                 "reason": "lost the commit race three times",
@@ -661,12 +686,16 @@ class MemorySummaryPlugin:
             )
 
     async def _compress_once(
-        self, session_id: str, reason: str, deadline: float | None
+        self,
+        session_id: str,
+        reason: str,
+        deadline: float | None,
+        snapshot: Snapshot | None = None,
     ) -> dict[str, Any]:
         assert self.memory is not None and self.llm is not None
         cfg = self.config
         started = time.monotonic()
-        snap = await self.memory.snapshot(session_id)
+        snap = snapshot if snapshot is not None else await self.memory.snapshot(session_id)
         state = self._refresh_state(snap)
         record = read_record(snap.record, snap.epoch)
         conv = conversation_messages(snap.messages)

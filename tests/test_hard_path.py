@@ -234,3 +234,87 @@ async def test_a_blocking_request_that_joined_a_run_which_made_room_does_not_run
     finally:
         gate.set()
         await h.host.stop()
+
+
+class SnapshotCountingMemory(CountingMemory):
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.snapshots = 0
+        self.commits: list[bool] = []
+        #: Per commit, the snapshots read since the run took its lease.
+        self.reads_in_run: list[int] = []
+        self._at_lease = 0
+
+    async def acquire_lease(self, name: str, ttl_s: float) -> Any:
+        self._at_lease = self.snapshots
+        return await super().acquire_lease(name, ttl_s)
+
+    async def snapshot(self, session_id: str, *args: Any, **kwargs: Any) -> Any:
+        self.snapshots += 1
+        return await self._inner.snapshot(session_id, *args, **kwargs)
+
+    async def commit_compression(self, *args: Any, **kwargs: Any) -> bool:
+        won = bool(await self._inner.commit_compression(*args, **kwargs))
+        self.commits.append(won)
+        self.reads_in_run.append(self.snapshots - self._at_lease)
+        return won
+
+
+async def test_a_blocking_run_compresses_the_prompts_own_view_without_reading_it_again() -> None:
+    h = await make_harness(
+        {
+            "threshold": 1000,
+            "keep_recent": 2,
+            "auto_compress_threshold": 0,
+            "hard_compress_threshold": 0.5,
+        },
+        host={"context_window": 4000, "system_prompt": "S"},
+    )
+    memory = SnapshotCountingMemory(h.plugin.memory)
+    h.plugin.memory = memory
+    try:
+        results = []
+        for i in range(40):
+            results.extend(await h.turns("s", 1, start=i, pad=150))
+            if h.finals():
+                break
+        done = [s for s in h.finals() if s["status"] == "done"]
+        assert [s["stats"]["trigger"] for s in done] == ["hard"]
+        assert results[-1].usage[-1].rebuilt
+        assert memory.leases == 1 and memory.commits == [True] and memory.reads_in_run == [0]
+    finally:
+        await h.host.stop()
+
+
+async def test_a_view_gone_stale_loses_the_commit_race_and_the_run_reads_afresh() -> None:
+    h = await make_harness(
+        {
+            "threshold": 1000,
+            "keep_recent": 2,
+            "auto_compress_threshold": 0,
+            "hard_compress_threshold": 0.5,
+        },
+        host={"context_window": 4000, "system_prompt": "S"},
+    )
+    memory = SnapshotCountingMemory(h.plugin.memory)
+    h.plugin.memory = memory
+    try:
+        for i in range(12):
+            await h.turns("s", 1, start=i, pad=150)
+        _, _, _, view = await h.host.build_prompt("s")
+        # Another writer compresses after the view was read...
+        assert (await h.plugin.compress("s"))["status"] == "done"
+        await h.turns("s", 6, start=100, pad=150)
+        assert memory.commits == [True]
+        # ...so the blocking run on the old view loses the compare-and-set and starts over.
+        await h.plugin.before_model_call(view.model_copy(update={"usage_ratio": 0.6}))
+        assert memory.commits == [True, False, True]
+        assert memory.reads_in_run[1:] == [0, 1]  # the view first, then one fresh read
+        snap = await h.host.memory.snapshot("s")
+        archived = await h.host.memory.get_archived("s")
+        seqs = sorted([m.seq for m in snap.messages] + [m.seq for m in archived])
+        assert seqs == list(range(1, seqs[-1] + 1))  # nothing lost, nothing twice
+        record = snap.record.value if snap.record else {}
+        assert record["covered_up_to_seq"] >= max(m.seq for m in archived if m.kind == "message")
+    finally:
+        await h.host.stop()

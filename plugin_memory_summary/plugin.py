@@ -711,9 +711,8 @@ class MemorySummaryPlugin:
         covered = batches[-1][-1].seq or 0
         archived_tokens = plan.archived_tokens
         # What these messages and the summary take in the context now.
-        tokens_before = sum(m.tokens or 0 for m in conv) + (
-            self._count(record.text) if record else 0
-        )
+        old_summary_tokens = self._count(record.text) if record else 0
+        tokens_before = sum(m.tokens or 0 for m in conv) + old_summary_tokens
         stats: dict[str, Any] = {
             "trigger": reason,
             "messages_summarized": 0,
@@ -743,6 +742,7 @@ class MemorySummaryPlugin:
             redactor=self.redactor,
             count_tokens=self._count,
             deadline=deadline,
+            text_budget=budget - self._framing_tokens(lang),
         )
         stats.update(
             model=model,
@@ -795,6 +795,9 @@ class MemorySummaryPlugin:
                     "stats": {},
                 }
             return {"status": _LOST_RACE, "reason": "", "stats": {}}
+        # The block the next prompt injects, built now (off the turn for a background run); the
+        # record's version grows by one on every write, so the commit made it expected + 1.
+        self._block(session_id, (snap.record.version if snap.record else 0) + 1, new, window)
         if covered_now < covered:  # trim fallback stopped early: the rest is only archived
             await self.memory.trim_history(session_id, up_to_seq=covered, reason="fallback-trim")
         summary_tokens = self._count(text)
@@ -823,12 +826,7 @@ class MemorySummaryPlugin:
                 await self.archive.save_message(session_id, marker)
             except Exception:
                 log.exception("could not write the compression marker of %s", session_id)
-        tokens_after = (
-            tokens_before
-            - archived_tokens
-            - (self._count(record.text) if record else 0)
-            + summary_tokens
-        )
+        tokens_after = tokens_before - archived_tokens - old_summary_tokens + summary_tokens
         return await self._finish(session_id, stats, started, tokens_after, status, why)
 
     async def _finish(
@@ -990,6 +988,7 @@ class MemorySummaryPlugin:
                 lang=lang,
                 redactor=self.redactor,
                 count_tokens=self._count,
+                text_budget=budget - self._framing_tokens(lang),
             )
             payload = outcome.payload
         else:

@@ -211,10 +211,13 @@ async def summarize_batches(
     redactor: Redactor,
     count_tokens: Callable[[str], int],
     deadline: float | None = None,
+    text_budget: int | None = None,
 ) -> SummarizeOutcome:
     """Fold ``batches`` into ``previous`` in order. Without a model, or past the deadline, the
     rules engine merges; when the model fails, ``config.fallback`` decides: ``rules`` merges this
-    batch by rules, ``trim`` stops (the remaining batches are left for the caller to trim)."""
+    batch by rules, ``trim`` stops (the remaining batches are left for the caller to trim).
+    ``text_budget`` (default ``budget``) is what the rendered summary is fitted to: the summary
+    budget less the framing of the block it is injected in, so the block fits without a cut."""
     payload = previous
     outcome = SummarizeOutcome(payload=previous or SummaryPayload(), batches_done=0, model=model)
     for batch in batches:
@@ -277,7 +280,12 @@ async def summarize_batches(
                 caps=config.caps,
                 lang=lang,
             )
-        payload = fit_to_budget(apply_caps(merged, config.caps), budget, count_tokens, lang)
+        payload = fit_to_budget(
+            apply_caps(merged, config.caps),
+            budget if text_budget is None else text_budget,
+            count_tokens,
+            lang,
+        )
         outcome.batches_done += 1
     outcome.payload = payload or SummaryPayload()
     return outcome

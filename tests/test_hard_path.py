@@ -1,10 +1,11 @@
-"""The blocking (hard watermark) path: it reads the store only when a compression can help, it
+"""The blocking (hard watermark) path and the block it leaves for the next prompt: it reads the store only when a compression can help, it
 is the only run when a call passes both marks at once, and after joining another run it plans
 on what that run left instead of running again."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from fakes import ScriptedLLM
@@ -16,6 +17,8 @@ from plugin_memory_summary.decisions import (
     plan_compression,
     plan_watermark,
 )
+from plugin_memory_summary.hygiene import SUMMARY_OPEN, wrap_summary_block
+from plugin_memory_summary.payload import SummaryPayload, render_payload
 
 
 def seq(messages: list[Message], tokens: int = 100) -> list[Message]:
@@ -316,5 +319,49 @@ async def test_a_view_gone_stale_loses_the_commit_race_and_the_run_reads_afresh(
         assert seqs == list(range(1, seqs[-1] + 1))  # nothing lost, nothing twice
         record = snap.record.value if snap.record else {}
         assert record["covered_up_to_seq"] >= max(m.seq for m in archived if m.kind == "message")
+    finally:
+        await h.host.stop()
+
+
+# -- the injected block ----------------------------------------------------------------------------
+
+
+async def test_the_stored_summary_fits_its_block_whole_and_the_block_is_ready_before_the_turn() -> (
+    None
+):
+    h = await make_harness(
+        {"threshold": 100, "keep_recent": 2, "caps": {"summary_chars": 100_000}},
+        host={"context_window": 8000},
+    )
+    try:
+        budget, framing = h.plugin._budget(8000), h.plugin._framing_tokens("en")
+        # An answer whose rendering fits the budget but not together with the block's framing.
+        n = next(
+            n
+            for n in range(10, 5000)
+            if h.plugin._count(render_payload(SummaryPayload(summary="word " * n), "en"))
+            > budget - framing // 2
+        )
+        assert h.plugin._count(render_payload(SummaryPayload(summary="word " * n), "en")) <= budget
+        h.llm.default = json.dumps({"summary": "word " * n})
+        await h.turns("s", 4)
+        assert (await h.plugin.compress("s"))["status"] == "done"
+        record = await h.plugin.show("s")
+        assert record is not None
+        # Fitted to the budget less the framing: the block is the whole text, never cut.
+        whole = wrap_summary_block(record.text, record.lang)
+        assert h.plugin._count(whole) <= budget
+        counted: list[str] = []
+        real = h.plugin._count
+
+        def spy(text: str) -> int:
+            counted.append(text)
+            return real(text)
+
+        h.plugin._count = spy  # type: ignore[method-assign]
+        result = (await h.turns("s", 1, start=10))[0]
+        sent = next(m["content"] for m in result.sent[0] if SUMMARY_OPEN in str(m["content"]))
+        assert sent == whole
+        assert counted == []  # built when the compression committed, not on the turn
     finally:
         await h.host.stop()

@@ -39,11 +39,12 @@ from .decisions import (
 )
 from .hygiene import wrap_summary_block
 from .payload import SummaryPayload, render_payload
-from .prompts import detect_language
 from .record import SummaryRecord, dump_record, read_record
 from .redact import Redactor
 from .render import cut_text, render_transcript
-from .summarize import summarize_batches
+
+# The summarizer (``.summarize``, and through it ``.prompts`` and the rules engine) is imported by
+# the compression path on first use: a host that only injects an existing summary never loads it.
 
 __all__ = ["PLUGIN_NAME", "MemoryContext", "MemorySummaryPlugin"]
 
@@ -517,6 +518,8 @@ class MemorySummaryPlugin:
         often English JSON, left out)."""
         if self.config.language != "auto":
             return self.config.language
+        from .prompts import detect_language
+
         return detect_language(
             text_of(m.content)
             for m in conv[-40:]
@@ -687,6 +690,8 @@ class MemorySummaryPlugin:
             )
         lang = self._language(conv)
         model = self._summary_model()
+        from .summarize import summarize_batches
+
         outcome = await summarize_batches(
             record.payload if record else None,
             batches,
@@ -912,6 +917,9 @@ class MemorySummaryPlugin:
     async def rebuild(self, session_id: str) -> dict[str, Any]:
         """Re-summarize from the archived (summarized) and active messages of the current epoch;
         pinned facts stay."""
+        from .prompts import detect_language
+        from .summarize import summarize_batches
+
         assert self.memory is not None and self.llm is not None
         snap = await self.memory.snapshot(session_id)
         record = read_record(snap.record, snap.epoch)

@@ -35,8 +35,9 @@ __all__ = [
 IDENTIFIER_SOURCES: tuple[str, ...] = ("tool", "assistant", "argument", "user")
 
 
+# The models build their validators on first use, not at import (``defer_build``).
 class InProgressTask(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     goal: str = ""
     done: list[str] = Field(default_factory=list)
@@ -44,7 +45,7 @@ class InProgressTask(BaseModel):
 
 
 class TimelineEvent(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     when: str = ""
     event: str = ""
@@ -53,7 +54,7 @@ class TimelineEvent(BaseModel):
 class SummaryPayload(BaseModel):
     """What the summarizer returns (as JSON) and what the rules engine builds."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     summary: str = ""
     conversation_goal: str = ""

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from host_stub import signals
 from host_stub.hookspecs import Contribution, PromptView, hookimpl
@@ -58,6 +58,8 @@ _LOST_RACE = "lost-race"
 
 class MemoryContext(BaseModel):
     """The parts of a session's memory, for callers that assemble their own prompt."""
+
+    model_config = ConfigDict(defer_build=True)  # built on first use, not at import
 
     session_id: str
     summary: str | None

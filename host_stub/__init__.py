@@ -2,8 +2,9 @@
 small reference runtime that implements them.
 
 The contract modules (:mod:`.hookspecs`, :mod:`.signals`, :mod:`.services`, :mod:`.messages`)
-import only pluggy, blinker and pydantic. litellm is imported lazily, on the first model call or
-token count, never at import time.
+import only pluggy, blinker and pydantic; their models build their validators on first use
+(``defer_build``), not at import. litellm is imported lazily, on the first model call or token
+count, never at import time.
 """
 
 from __future__ import annotations

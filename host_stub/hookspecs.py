@@ -25,10 +25,11 @@ Anchor = Literal["identity", "knowledge", "context", "turn-context", "turn-hint"
 ANCHORS: tuple[Anchor, ...] = ("identity", "knowledge", "context", "turn-context", "turn-hint")
 
 
+# Both models build their validators on first use, not at import (``defer_build``).
 class PromptView(BaseModel):
     """One consistent read of a session, taken before a model call."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     session_id: str
     model: str
@@ -43,6 +44,8 @@ class PromptView(BaseModel):
 
 class Contribution(BaseModel):
     """A piece of system prompt placed at ``anchor``; the host keeps one per ``id``."""
+
+    model_config = ConfigDict(defer_build=True)
 
     id: str
     anchor: Anchor

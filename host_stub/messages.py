@@ -51,8 +51,10 @@ def _scrub(value: Any) -> Any:
     return value
 
 
+# Every model here builds its validator on first use, not at import (``defer_build``): importing
+# the contracts stays cheap for a plugin that is loaded but not yet called.
 class ToolCallFunction(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     name: str
     arguments: str = ""
@@ -64,7 +66,7 @@ class ToolCallFunction(BaseModel):
 
 
 class ToolCall(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     id: str
     type: Literal["function"] = "function"
@@ -74,7 +76,7 @@ class ToolCall(BaseModel):
 class Message(BaseModel):
     """One chat message as stored and as sent (without the store's fields) to a model."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     role: Role
     content: str | list[dict[str, Any]] | None = None

@@ -35,12 +35,13 @@ __all__ = [
 SUMMARY_NAMESPACE = "summary"
 
 
+# Every model here builds its validator on first use, not at import (``defer_build``).
 class MetadataEntry(BaseModel):
     """A versioned metadata value. ``value is None and deleted`` means it was deleted; a key that
     was never written has no entry at all (``get_metadata`` returns ``None``). ``version`` grows by
     one on every write or delete and never goes back, so it serves compare-and-set."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     namespace: str
     key: str
@@ -53,7 +54,7 @@ class MetadataEntry(BaseModel):
 class Snapshot(BaseModel):
     """The active history and a metadata record read in one transaction."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     session_id: str
     epoch: int
@@ -70,6 +71,8 @@ class Snapshot(BaseModel):
 
 
 class SessionInfo(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     session_id: str
     epoch: int
     active: int
@@ -79,7 +82,7 @@ class SessionInfo(BaseModel):
 
 
 class LeaseToken(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     name: str
     token: str
@@ -199,6 +202,8 @@ class MemoryService(Protocol):
 
 
 class LLMUsage(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
@@ -206,6 +211,8 @@ class LLMUsage(BaseModel):
 
 class Completion(BaseModel):
     """What one model call returned."""
+
+    model_config = ConfigDict(defer_build=True)
 
     text: str
     finish_reason: str | None = None

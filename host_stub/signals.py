@@ -39,7 +39,8 @@ MEMORY_MESSAGES_DELETED = "memory:messages-deleted"
 
 
 class _Payload(BaseModel):
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    # Every payload model builds its validator on the first send, not at import.
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, defer_build=True)
 
 
 class AgentTurnAfter(_Payload):

@@ -14,10 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 __all__ = ["MemorySummaryConfig", "PayloadCaps"]
 
 
+# Both models build their validators on first use (a host validating the plugin's config, or
+# ``create_plugin``), not at import (``defer_build``).
 class PayloadCaps(BaseModel):
     """Caps on the structured summary (seed 002's defaults); the token budget still wins."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     summary_chars: int = Field(
         default=1400, ge=100, le=100_000, description="Characters of the prose summary."
@@ -35,7 +37,7 @@ class MemorySummaryConfig(BaseModel):
     """Configuration of the ``memory-summary`` plugin (``[plugin.memory-summary]`` in a host
     config file)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     strategy: Literal["summary", "window", "off"] = Field(
         default="summary",

@@ -11,9 +11,12 @@ but inert text (``<|im_start|>`` -> ``‹|im_start|›``, ``[INST]`` -> ``⟦INS
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import regex
+from ._patterns import lazy_regex
+
+if TYPE_CHECKING:
+    import regex
 
 __all__ = [
     "SUMMARY_CLOSE",
@@ -54,11 +57,11 @@ _ROLE_HEADER = (
 
 _TRANSLATE = {"<": "‹", ">": "›", "[": "⟦", "]": "⟧"}
 
-_TOKENS = regex.compile(
+_TOKENS = lazy_regex(
     "|".join(f"(?P<{name.replace('-', '_')}>{p})" for name, p in _BRACKETED.items())
 )
-_HEADERS = regex.compile(_ROLE_HEADER)
-_ALL_MARKERS = [regex.compile(p) for p in (*_BRACKETED.values(), _ROLE_HEADER)]
+_HEADERS = lazy_regex(_ROLE_HEADER)
+_ALL_MARKERS = [lazy_regex(p) for p in (*_BRACKETED.values(), _ROLE_HEADER)]
 
 # Each pass strictly removes ASCII brackets or guards a header with "(", so a few passes reach a
 # fixed point; the bound is only a guard.
@@ -78,9 +81,9 @@ def _defuse_header(match: regex.Match[str]) -> str:
 
 
 def _one_pass(text: str, role_headers: bool) -> str:
-    text = _TOKENS.sub(_defuse_brackets, text)
+    text = _TOKENS().sub(_defuse_brackets, text)
     if role_headers:
-        text = _HEADERS.sub(_defuse_header, text)
+        text = _HEADERS().sub(_defuse_header, text)
     return text
 
 
@@ -103,7 +106,7 @@ def neutralise(text: str, *, role_headers: bool = True) -> str:
 def live_markers(text: str, *, role_headers: bool = True) -> list[str]:
     """Every live marker in ``text`` (empty after :func:`neutralise`): for checks and tests."""
     patterns = _ALL_MARKERS if role_headers else _ALL_MARKERS[:-1]
-    return [m.group(0) for p in patterns for m in p.finditer(text)]
+    return [m.group(0) for p in patterns for m in p().finditer(text)]
 
 
 _FRAMING: dict[str, str] = {

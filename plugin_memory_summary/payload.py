@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import regex
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ._patterns import LazyRegex, lazy_regex
 from .config import PayloadCaps
+
+if TYPE_CHECKING:
+    import regex
 
 __all__ = [
     "IDENTIFIER_SOURCES",
@@ -32,8 +35,9 @@ __all__ = [
 IDENTIFIER_SOURCES: tuple[str, ...] = ("tool", "assistant", "argument", "user")
 
 
+# The models build their validators on first use, not at import (``defer_build``).
 class InProgressTask(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     goal: str = ""
     done: list[str] = Field(default_factory=list)
@@ -41,7 +45,7 @@ class InProgressTask(BaseModel):
 
 
 class TimelineEvent(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     when: str = ""
     event: str = ""
@@ -50,7 +54,7 @@ class TimelineEvent(BaseModel):
 class SummaryPayload(BaseModel):
     """What the summarizer returns (as JSON) and what the rules engine builds."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     summary: str = ""
     conversation_goal: str = ""
@@ -140,7 +144,7 @@ def _group_sources(identifiers: list[str], by_id: dict[str, str]) -> dict[str, l
 
 
 _LIST_FIELDS = ("stable_facts", "user_profile", "decisions", "open_questions", "retrieval_hints")
-_GRAPHEME = regex.compile(r"\X")
+_GRAPHEME = lazy_regex(r"\X")
 _ELLIPSIS = "…"
 
 
@@ -155,7 +159,7 @@ def _cut(text: str, limit: int, marker: str = _ELLIPSIS) -> str:
         marker = ""
     room = limit - len(marker)
     used = 0
-    for match in _GRAPHEME.finditer(text):
+    for match in _GRAPHEME().finditer(text):
         size = match.end() - match.start()
         if used + size > room:
             break
@@ -207,8 +211,8 @@ _SCAN_ALTERNATIVES = {
 }
 
 
-def _scanner(*names: str) -> regex.Pattern[str]:
-    return regex.compile("|".join(f"(?P<{n}>{_SCAN_ALTERNATIVES[n]})" for n in names))
+def _scanner(*names: str) -> LazyRegex:
+    return lazy_regex("|".join(f"(?P<{n}>{_SCAN_ALTERNATIVES[n]})" for n in names))
 
 
 _SCAN_ALL = _scanner("kv", "datetime", "url", "email", "winpath", "path", "flight", "token")
@@ -216,17 +220,17 @@ _SCAN_NO_KV = _scanner("datetime", "url", "email", "winpath", "path", "flight", 
 _SCAN_TOKENS = _scanner("flight", "token")
 _SCAN_WORDS = _scanner("token")
 
-_ID_KEY_SUFFIX = regex.compile(
+_ID_KEY_SUFFIX = lazy_regex(
     r"(?:^|[_\-])(?:id|ids|uuid|guid|number|num|no|code|ref|reference|sku|pnr|locator)$"
 )
-_ID_KEY_CAMEL = regex.compile(r"[a-z0-9](?:Id|ID|Number|Num|No|Code|Ref)$")
+_ID_KEY_CAMEL = lazy_regex(r"[a-z0-9](?:Id|ID|Number|Num|No|Code|Ref)$")
 #: A number with at most one separator and no letters: an amount, a range, a decimal.
-_PLAIN_NUMBER = regex.compile(r"(\d+)(?:([.,\-/])(\d+))?")
-_NUMERIC_DATE = regex.compile(r"\d{1,4}[/.\-]\d{1,2}[/.\-]\d{1,4}")
-_WORD_PLUS_DIGIT = regex.compile(r"[a-z]+[_\-]?\d")
+_PLAIN_NUMBER = lazy_regex(r"(\d+)(?:([.,\-/])(\d+))?")
+_NUMERIC_DATE = lazy_regex(r"\d{1,4}[/.\-]\d{1,2}[/.\-]\d{1,4}")
+_WORD_PLUS_DIGIT = lazy_regex(r"[a-z]+[_\-]?\d")
 #: A count and its unit: "7-day", "24-hour", "5-star".
-_DIGIT_PLUS_WORD = regex.compile(r"\d{1,3}-[a-z]+")
-_HAS_EXTENSION = regex.compile(r"[A-Za-z0-9_\-]\.[A-Za-z0-9]{1,8}$")
+_DIGIT_PLUS_WORD = lazy_regex(r"\d{1,3}-[a-z]+")
+_HAS_EXTENSION = lazy_regex(r"[A-Za-z0-9_\-]\.[A-Za-z0-9]{1,8}$")
 _TRAILING_PUNCT = ".,;:!?)]}'\""
 #: Digits from which a plain number reads as a phone, account or order number, not an amount.
 _LONG_NUMBER_DIGITS = 7
@@ -246,34 +250,35 @@ _NOT_AIRLINES = frozenset(
 )
 #: Words after which a code is named: "reservation HXDUBJ", "order no. 58392", "PNR: QWERTY",
 #: "确认号 ...". Fillers ("is", "ID", "number", ":", "#", quotes, bold) may come between.
-_ID_CUE = regex.compile(
-    r"(?:\b(?:reservations?|bookings?|confirmations?|conf|references?|refs?|locators?|pnrs?"
+_ID_CUE = lazy_regex(
+    r"(?i)(?:\b(?:reservations?|bookings?|confirmations?|conf|references?|refs?|locators?|pnrs?"
     r"|orders?|tickets?|vouchers?|coupons?|promo|codes?|ids?|numbers?|invoices?|accounts?"
     r"|tracking|membership|certificates?|serial|sku|zip|postcode|passport)"
     r"|\bno\.|\bnr\.?|#|№|号|编号|单号|代码)"
     r"(?:[\s:：#=*\"'“(\[\-]+(?:is|was|are|id|ids|number|no|code|reference|ref|是|为)\b)*"
-    r"[\s:：#=*\"'“(\[\-]*$",
-    regex.IGNORECASE,
+    r"[\s:：#=*\"'“(\[\-]*$"
 )
 _LIST_SEP = (
     r"[\"'”*]*[ \t]*(?:[,;/、，；][ \t]*(?:(?:and|or)[ \t]+)?|(?:and|or|和|或)[ \t]*"
     r"|\n\s*(?:[-*•]|\d{1,3}[.)])[ \t]+)[\"'“*]*"
 )
 #: Between two items of a list of codes ("DF89BM, COVE6R, and IIHXDG"; a bulleted list).
-_BETWEEN_CODES = regex.compile(_LIST_SEP)
+_BETWEEN_CODES = lazy_regex(_LIST_SEP)
 #: A letter-and-digit code right after a list separator.
-_NEXT_CODE = regex.compile(_LIST_SEP + r"(?=[A-Z]*\d)(?=\d*[A-Z])[A-Z0-9]{5,}\b")
+_NEXT_CODE = lazy_regex(_LIST_SEP + r"(?=[A-Z]*\d)(?=\d*[A-Z])[A-Z0-9]{5,}\b")
 _QUOTES = {'"': '"', "'": "'", "“": "”"}
-_JSON_KEY_AFTER = regex.compile(r"[\"'”]\s*:")
+_JSON_KEY_AFTER = lazy_regex(r"[\"'”]\s*:")
+#: A JSON number under an id key that reads as an id ("order_id": 58392011).
+_ID_NUMBER = lazy_regex(r"\d{5,}")
 
 
 def _is_id_key(key: str) -> bool:
-    return bool(_ID_KEY_SUFFIX.search(key.lower()) or _ID_KEY_CAMEL.search(key))
+    return bool(_ID_KEY_SUFFIX().search(key.lower()) or _ID_KEY_CAMEL().search(key))
 
 
 def _cued(text: str, start: int) -> bool:
     """A code-naming word ("reservation", "order no.", "PNR", "#") right before ``start``."""
-    return bool(_ID_CUE.search(text, max(0, start - 60), start))
+    return bool(_ID_CUE().search(text, max(0, start - 60), start))
 
 
 def _quoted(text: str, start: int, end: int) -> bool:
@@ -282,7 +287,7 @@ def _quoted(text: str, start: int, end: int) -> bool:
     if start == 0 or end >= len(text):
         return False
     close = _QUOTES.get(text[start - 1])
-    return close is not None and text[end] == close and not _JSON_KEY_AFTER.match(text, end)
+    return close is not None and text[end] == close and not _JSON_KEY_AFTER().match(text, end)
 
 
 def _is_range(first: str, second: str) -> bool:
@@ -311,9 +316,9 @@ def _caps_is_code(text: str, start: int, end: int, quoted_codes: bool, last_code
     value of a non-id JSON key), or a list of codes it belongs to."""
     if _cued(text, start) or (quoted_codes and _quoted(text, start, end)):
         return True
-    if last_code >= 0 and _BETWEEN_CODES.fullmatch(text, last_code, start):
+    if last_code >= 0 and _BETWEEN_CODES().fullmatch(text, last_code, start):
         return True
-    return bool(_NEXT_CODE.match(text, end, min(len(text), end + 40)))
+    return bool(_NEXT_CODE().match(text, end, min(len(text), end + 40)))
 
 
 def _token_is_identifier(
@@ -323,10 +328,10 @@ def _token_is_identifier(
     if len(token) < 5:
         return False
     if any(c.isdigit() for c in token):
-        number = _PLAIN_NUMBER.fullmatch(token)
+        number = _PLAIN_NUMBER().fullmatch(token)
         if number:
             return _number_is_identifier(number, text, start, end)
-        return not (_WORD_PLUS_DIGIT.fullmatch(token) or _DIGIT_PLUS_WORD.fullmatch(token))
+        return not (_WORD_PLUS_DIGIT().fullmatch(token) or _DIGIT_PLUS_WORD().fullmatch(token))
     if token.isupper() and token.replace("_", "").isalpha():
         if token in _CAPS_STOPWORDS or token.startswith("_"):
             return False
@@ -336,8 +341,9 @@ def _token_is_identifier(
     return False
 
 
-_CAPS_WORDS_BEFORE = regex.compile(r"(?:\b[A-Z]+[ \t]+){1,2}$")
-_CAPS_WORDS_AFTER = regex.compile(r"(?:[ \t]+[A-Z]+\b){1,2}")
+_CAPS_WORDS_BEFORE = lazy_regex(r"(?:\b[A-Z]+[ \t]+){1,2}$")
+_CAPS_WORDS_AFTER = lazy_regex(r"(?:[ \t]+[A-Z]+\b){1,2}")
+_CAPS_WORD = lazy_regex(r"[A-Z]+")
 
 
 def _shouted(text: str, start: int, end: int) -> bool:
@@ -347,11 +353,11 @@ def _shouted(text: str, start: int, end: int) -> bool:
     word = text[start:end]
     if not word.isalpha():
         return False
-    before = _CAPS_WORDS_BEFORE.search(text[max(0, start - 40) : start])
-    after = _CAPS_WORDS_AFTER.match(text, end, min(len(text), end + 40))
+    before = _CAPS_WORDS_BEFORE().search(text[max(0, start - 40) : start])
+    after = _CAPS_WORDS_AFTER().match(text, end, min(len(text), end + 40))
     run = 1
-    run += len(regex.findall(r"[A-Z]+", before.group())) if before else 0
-    run += len(regex.findall(r"[A-Z]+", after.group())) if after else 0
+    run += len(_CAPS_WORD().findall(before.group())) if before else 0
+    run += len(_CAPS_WORD().findall(after.group())) if after else 0
     return run >= 3
 
 
@@ -360,8 +366,8 @@ def _path_is_identifier(path: str) -> bool:
         return False
     if path.startswith(("/", "~/", "./", "../")):
         segments = [s for s in path.split("/") if s and s not in (".", "..", "~")]
-        return len(segments) >= 2 or bool(_HAS_EXTENSION.search(path.rstrip("/")))
-    return bool(_HAS_EXTENSION.search(path))
+        return len(segments) >= 2 or bool(_HAS_EXTENSION().search(path.rstrip("/")))
+    return bool(_HAS_EXTENSION().search(path))
 
 
 def _scan(
@@ -387,10 +393,10 @@ def _scan(
             if value is None:
                 # A JSON number: under an id key an id ("order_id": 58392011), else a quantity.
                 number = match.group("num")
-                if _is_id_key(key) and regex.fullmatch(r"\d{5,}", number):
+                if _is_id_key(key) and _ID_NUMBER().fullmatch(number):
                     out.setdefault(number, None)
                 else:
-                    _scan(text, _SCAN_TOKENS, out, match.start(), match.start("num"), state=state)
+                    _scan(text, _SCAN_TOKENS(), out, match.start(), match.start("num"), state=state)
                 continue
             value = value.strip()
             if (
@@ -398,14 +404,14 @@ def _scan(
                 and len(value) >= 3
                 and not any(c.isspace() for c in value)
                 and "," not in value
-                and not (_PLAIN_NUMBER.fullmatch(value) and len(value) < 5)
+                and not (_PLAIN_NUMBER().fullmatch(value) and len(value) < 5)
             ):
                 out.setdefault(value, None)
                 state[0] = match.end("val")
             else:
                 _scan(
                     text,
-                    _SCAN_NO_KV,
+                    _SCAN_NO_KV(),
                     out,
                     match.start(),
                     match.end(),
@@ -422,12 +428,12 @@ def _scan(
             value = whole.rstrip(_TRAILING_PUNCT)
             if _path_is_identifier(value):
                 out.setdefault(value, None)
-            elif _NUMERIC_DATE.fullmatch(value):
+            elif _NUMERIC_DATE().fullmatch(value):
                 out.setdefault(value, None)
             else:
                 _scan(
                     text,
-                    _SCAN_TOKENS,
+                    _SCAN_TOKENS(),
                     out,
                     match.start(),
                     match.end(),
@@ -438,7 +444,7 @@ def _scan(
             if whole[:2] in _NOT_AIRLINES:  # "AM 10", "OK 200": read as ordinary tokens
                 _scan(
                     text,
-                    _SCAN_WORDS,
+                    _SCAN_WORDS(),
                     out,
                     match.start(),
                     match.end(),
@@ -472,14 +478,14 @@ def extract_identifiers(text: str) -> list[str]:
     one trailing digit (``address1``) and counts with their unit (``7-day``)."""
     found: dict[str, None] = {}
     if text:
-        _scan(text, _SCAN_ALL, found)
+        _scan(text, _SCAN_ALL(), found)
     return list(found)
 
 
 # --- parsing a model's answer -----------------------------------------------------------------
 
-_FENCE = regex.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)(?:```|\Z)", regex.DOTALL)
-_TRAILING_COMMA = regex.compile(r",\s*([}\]])")
+_FENCE = lazy_regex(r"(?s)```[A-Za-z0-9_-]*[ \t]*\n?(.*?)(?:```|\Z)")
+_TRAILING_COMMA = lazy_regex(r",\s*([}\]])")
 _FIELD_ALIASES: dict[str, tuple[str, ...]] = {
     "summary": ("summary", "summary_text", "long_term_summary"),
     "conversation_goal": ("conversation_goal", "goal", "user_goal"),
@@ -499,7 +505,7 @@ _KNOWN_KEYS = frozenset(k for aliases in _FIELD_ALIASES.values() for k in aliase
 def _json_objects(text: str) -> list[dict[str, Any]]:
     decoder = json.JSONDecoder()
     found: list[dict[str, Any]] = []
-    for candidate in (text, _TRAILING_COMMA.sub(r"\1", text)):
+    for candidate in (text, _TRAILING_COMMA().sub(r"\1", text)):
         start = candidate.find("{")
         tries = 0
         while start != -1 and tries < 50:
@@ -517,7 +523,7 @@ def _json_objects(text: str) -> list[dict[str, Any]]:
 
 
 def _outermost_object(text: str) -> dict[str, Any] | None:
-    sources = [m.group(1) for m in _FENCE.finditer(text)] + [text]
+    sources = [m.group(1) for m in _FENCE().finditer(text)] + [text]
     for source in sources:
         objects = _json_objects(source)
         if objects:
@@ -600,9 +606,7 @@ def _as_tasks(value: Any) -> list[InProgressTask] | None:
     return tasks
 
 
-_WHEN_PREFIX = regex.compile(
-    r"^\s*\[([^\]]{1,40})\]\s*(.+)$|^\s*([^:：]{1,40}?)\s*[:：]\s+(.+)$", regex.S
-)
+_WHEN_PREFIX = lazy_regex(r"(?s)^\s*\[([^\]]{1,40})\]\s*(.+)$|^\s*([^:：]{1,40}?)\s*[:：]\s+(.+)$")
 
 
 def _as_timeline(value: Any) -> list[TimelineEvent] | None:
@@ -616,7 +620,7 @@ def _as_timeline(value: Any) -> list[TimelineEvent] | None:
             text = entry.strip()
             if not text:
                 continue
-            match = _WHEN_PREFIX.match(text)
+            match = _WHEN_PREFIX().match(text)
             when = event = ""
             if match:
                 when = (match.group(1) or match.group(3) or "").strip()
@@ -680,7 +684,7 @@ def parse_summary_output(text: str) -> SummaryPayload | None:
 
 # --- the plain-text gate ----------------------------------------------------------------------
 
-_REFUSAL_ANYWHERE = regex.compile(
+_REFUSAL_ANYWHERE = lazy_regex(
     r"\bI(?:'m| am) (?:sorry|afraid),? but\b"
     r"|\bI (?:can(?:no|')t|can not|won't|will not|am unable to|'m unable to) "
     r"(?:help|assist|comply|provide|do that|fulfil+|complete|summari[sz]e|continue)\b"
@@ -688,20 +692,18 @@ _REFUSAL_ANYWHERE = regex.compile(
     r"|作为一个?(?:AI|ai|人工智能|语言模型|大语言模型|AI助手)"
     r"|我(?:无法|不能|没法)(?:提供|协助|帮助|帮你|完成|回答|满足|处理|总结|继续)",
 )
-_REFUSAL_START = regex.compile(
-    r"^(?:I(?:'m| am) sorry|Sorry\b|I apologi[sz]e|I (?:cannot|can't|can not|won't)\b"
+_REFUSAL_START = lazy_regex(
+    r"(?i)^(?:I(?:'m| am) sorry|Sorry\b|I apologi[sz]e|I (?:cannot|can't|can not|won't)\b"
     r"|I(?:'m| am) (?:unable|not able)\b|Unfortunately,? I\b"
-    r"|抱歉|很抱歉|对不起|非常抱歉|我无法|我不能|很遗憾)",
-    regex.IGNORECASE,
+    r"|抱歉|很抱歉|对不起|非常抱歉|我无法|我不能|很遗憾)"
 )
-_ERROR_DUMP = regex.compile(
-    r"^(?:error|exception|fatal|traceback)\b\s*[:(\[]?"
+_ERROR_DUMP = lazy_regex(
+    r"(?im)^(?:error|exception|fatal|traceback)\b\s*[:(\[]?"
     r"|Traceback \(most recent call last\)"
     r"|^\s*[A-Za-z_.]*(?:Error|Exception): "
     r"|^\s*\{\s*\"error\"\s*:"
     r"|^\s*<(?:!doctype|html)\b"
-    r"|^\s*(?:HTTP/\d(?:\.\d)? )?[45]\d\d (?:[A-Z][a-z]+ ?)+$",
-    regex.IGNORECASE | regex.MULTILINE,
+    r"|^\s*(?:HTTP/\d(?:\.\d)? )?[45]\d\d (?:[A-Z][a-z]+ ?)+$"
 )
 
 
@@ -710,14 +712,14 @@ def refusal_reason(text: str) -> str | None:
     the start; unambiguous phrases ("As an AI", "I can't help", "我无法提供") anywhere in the
     first 300 characters."""
     head = text.lstrip(" \t\r\n*#>-\"'“「").strip()[:300]
-    match = _REFUSAL_START.match(head) or _REFUSAL_ANYWHERE.search(head)
+    match = _REFUSAL_START().match(head) or _REFUSAL_ANYWHERE().search(head)
     if match:
         return f"refusal: {match.group()!r}"
     return None
 
 
 def _error_reason(text: str) -> str | None:
-    match = _ERROR_DUMP.search(text.strip()[:2000])
+    match = _ERROR_DUMP().search(text.strip()[:2000])
     if match:
         return f"error output: {_one_line(match.group())[:60]!r}"
     return None

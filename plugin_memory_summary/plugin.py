@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from host_stub import signals
 from host_stub.hookspecs import Contribution, PromptView, hookimpl
@@ -39,11 +39,12 @@ from .decisions import (
 )
 from .hygiene import framing_overhead, wrap_summary_block
 from .payload import SummaryPayload, render_payload
-from .prompts import detect_language
 from .record import SummaryRecord, dump_record, read_record
 from .redact import Redactor
 from .render import cut_text, render_transcript
-from .summarize import summarize_batches
+
+# The summarizer (``.summarize``, and through it ``.prompts`` and the rules engine) is imported by
+# the compression path on first use: a host that only injects an existing summary never loads it.
 
 __all__ = ["PLUGIN_NAME", "MemoryContext", "MemorySummaryPlugin"]
 
@@ -57,6 +58,8 @@ _LOST_RACE = "lost-race"
 
 class MemoryContext(BaseModel):
     """The parts of a session's memory, for callers that assemble their own prompt."""
+
+    model_config = ConfigDict(defer_build=True)  # built on first use, not at import
 
     session_id: str
     summary: str | None
@@ -585,6 +588,8 @@ class MemorySummaryPlugin:
         often English JSON, left out)."""
         if self.config.language != "auto":
             return self.config.language
+        from .prompts import detect_language
+
         return detect_language(
             text_of(m.content)
             for m in conv[-40:]
@@ -731,6 +736,8 @@ class MemorySummaryPlugin:
             )
         lang = self._language(conv)
         model = self._summary_model()
+        from .summarize import summarize_batches
+
         outcome = await summarize_batches(
             record.payload if record else None,
             batches,
@@ -959,6 +966,9 @@ class MemorySummaryPlugin:
     async def rebuild(self, session_id: str) -> dict[str, Any]:
         """Re-summarize from the archived (summarized) and active messages of the current epoch;
         pinned facts stay."""
+        from .prompts import detect_language
+        from .summarize import summarize_batches
+
         assert self.memory is not None and self.llm is not None
         snap = await self.memory.snapshot(session_id)
         record = read_record(snap.record, snap.epoch)

@@ -12,8 +12,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-import regex
-
+from ._patterns import lazy_regex
 from .hygiene import neutralise
 
 __all__ = [
@@ -41,9 +40,9 @@ PAYLOAD_KEYS: tuple[str, ...] = (
 
 _SAMPLE_CHARS = 4000
 _ZH_SHARE = 0.2
-_HAN = regex.compile(r"\p{Han}")
-_LETTER = regex.compile(r"\p{L}")
-_TRANSCRIPT_TAG = regex.compile(r"(?i)<[ \t]*/?[ \t]*transcript\b[^<>\n]{0,100}>")
+_HAN = lazy_regex(r"\p{Han}")
+_LETTER = lazy_regex(r"\p{L}")
+_TRANSCRIPT_TAG = lazy_regex(r"(?i)<[ \t]*/?[ \t]*transcript\b[^<>\n]{0,100}>")
 
 
 def detect_language(texts: Iterable[str]) -> Literal["zh", "en"]:
@@ -62,10 +61,10 @@ def detect_language(texts: Iterable[str]) -> Literal["zh", "en"]:
         if size >= _SAMPLE_CHARS:
             break
     sample = "".join(reversed(tail))
-    letters = len(_LETTER.findall(sample))
+    letters = len(_LETTER().findall(sample))
     if letters == 0:
         return "en"
-    return "zh" if len(_HAN.findall(sample)) / letters >= _ZH_SHARE else "en"
+    return "zh" if len(_HAN().findall(sample)) / letters >= _ZH_SHARE else "en"
 
 
 _EN_PROMPT = """\
@@ -171,7 +170,7 @@ def defuse_transcript_tags(transcript: str) -> str:
     quoted data cannot close its own quote. Role labels (``user:``) are the transcript's own
     format and are left alone."""
     text = neutralise(transcript, role_headers=False)
-    return _TRANSCRIPT_TAG.sub(lambda m: "‹" + m.group(0)[1:-1] + "›", text)
+    return _TRANSCRIPT_TAG().sub(lambda m: "‹" + m.group(0)[1:-1] + "›", text)
 
 
 def _previous_json(previous: Mapping[str, Any] | None) -> str | None:

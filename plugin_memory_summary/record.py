@@ -18,7 +18,8 @@ SCHEMA_VERSION = 1
 class SummaryRecord(BaseModel):
     """One record per session. Its version is the metadata entry's version (compare-and-set)."""
 
-    model_config = ConfigDict(extra="ignore")
+    # Its validator is built on first use, not at import.
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     schema_version: int = SCHEMA_VERSION
     text: str = ""

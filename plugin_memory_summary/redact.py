@@ -14,8 +14,12 @@ from hanging a compression.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import regex
+from ._patterns import lazy_regex
+
+if TYPE_CHECKING:
+    import regex
 
 __all__ = ["BUILTIN_PATTERNS", "RedactionError", "Redactor", "validate_patterns"]
 
@@ -78,6 +82,10 @@ def validate_patterns(patterns: Sequence[str]) -> None:
     """Raise ``ValueError("redact_patterns[<i>]: invalid regular expression: <reason>")`` for the
     first pattern that does not compile or that matches the empty string (which would redact
     nothing and everything), so config validation can point at the entry."""
+    if not patterns:
+        return
+    import regex
+
     for i, pattern in enumerate(patterns):
         try:
             compiled = regex.compile(pattern)
@@ -94,14 +102,15 @@ class Redactor:
 
     Each pattern runs as its own pass, most specific first. A later built-in pass never
     re-redacts an earlier marker (its character classes exclude ``[`` or it checks for one), so
-    ``api_key=sk-...`` keeps the more telling name ``openai-key``.
+    ``api_key=sk-...`` keeps the more telling name ``openai-key``. The patterns are compiled on
+    the first :meth:`redact` (the user's are checked at construction).
     """
 
     def __init__(self, extra_patterns: Sequence[str] = (), *, timeout_s: float = _TIMEOUT_S):
         validate_patterns(extra_patterns)
         named = list(BUILTIN_PATTERNS.items())
         named += [(f"custom-{i}", p) for i, p in enumerate(extra_patterns)]
-        self._passes = [(name, regex.compile(p)) for name, p in named]
+        self._passes = [(name, lazy_regex(p)) for name, p in named]
         self._timeout_s = timeout_s
 
     def redact(self, text: str) -> str:
@@ -121,7 +130,7 @@ class Redactor:
                 return whole[: start - offset] + marker + whole[end - offset :]
 
             try:
-                text = pattern.sub(replace, text, timeout=self._timeout_s)
+                text = pattern().sub(replace, text, timeout=self._timeout_s)
             except TimeoutError as exc:
                 raise RedactionError(f"redaction pattern {name} timed out") from exc
         return text

@@ -13,9 +13,9 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-import regex
-
 from host_stub.messages import Message, text_of
+
+from ._patterns import lazy_regex
 
 __all__ = [
     "TranscriptLang",
@@ -28,12 +28,12 @@ __all__ = [
 
 TranscriptLang = Literal["en", "zh"]
 
-_GRAPHEME = regex.compile(r"\X")
+_GRAPHEME = lazy_regex(r"\X")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # Every character a model may read as a line break. Continuation lines are indented after each
 # of them so that only the first line of a block starts at column 0: a message whose text
 # contains "assistant: ..." on a line of its own cannot pose as a message of its own.
-_LINE_BREAK = regex.compile(r"\r\n|[\n\r\x0b\x0c\x85\u2028\u2029]")
+_LINE_BREAK = lazy_regex(r"\r\n|[\n\r\x0b\x0c\x85\u2028\u2029]")
 _CONTINUATION = "\n  "
 
 _LABELS: dict[str, dict[str, str]] = {
@@ -81,7 +81,7 @@ def cut_text(text: str, limit: int, marker: str = "…") -> str:
         return text
     end = 0
     # finditer is lazy: only the first ``limit`` code points (and one cluster more) are scanned.
-    for cluster in _GRAPHEME.finditer(text):
+    for cluster in _GRAPHEME().finditer(text):
         if cluster.end() > limit:
             break
         end = cluster.end()
@@ -130,11 +130,11 @@ def _labels(lang: str) -> dict[str, str]:
 
 
 def _one_line(text: str) -> str:
-    return _LINE_BREAK.sub(" ", text)
+    return _LINE_BREAK().sub(" ", text)
 
 
 def _indent(text: str) -> str:
-    return _LINE_BREAK.sub(_CONTINUATION, text)
+    return _LINE_BREAK().sub(_CONTINUATION, text)
 
 
 def render_message(

@@ -14,10 +14,9 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import regex
-
 from host_stub.messages import Message, text_of, tool_groups
 
+from ._patterns import lazy_regex
 from .config import PayloadCaps
 from .payload import (
     _SOURCE_TIER,
@@ -64,51 +63,47 @@ _STOPWORDS_ZH = frozenset(
 )
 _ZH_SPLIT_CHARS = "的了是在和与我你他她它们吗呢吧啊呀也都就还把被给让很太再又或及"
 
-_REQUEST = regex.compile(
-    r"\b(?:i(?:'d| would) (?:like|love)|i want|i wanna|i need|i wish|i plan"
+_REQUEST = lazy_regex(
+    r"(?i)\b(?:i(?:'d| would) (?:like|love)|i want|i wanna|i need|i wish|i plan"
     r"|i(?:'m| am) (?:looking|trying|hoping|planning)|looking (?:for|to)|help me"
     r"|can you|could you|would you|please(?! (?:proceed|go ahead|confirm|do))|let's)\b"
-    r"|我想|我要|我需要|我打算|帮我|请你|请帮|麻烦|能否|能不能|可不可以|希望",
-    regex.IGNORECASE,
+    r"|我想|我要|我需要|我打算|帮我|请你|请帮|麻烦|能否|能不能|可不可以|希望"
 )
 #: A reply to the assistant ("Yes, please proceed with that booking"): not a new goal.
-_CONFIRMATION = regex.compile(
-    r"^(?:yes|yeah|yep|yup|ok|okay|sure|no|nope|correct|right|great|perfect|alright)\b"
-    r"|^(?:好的|好|是的|是|对|可以|行|没问题|确认|不用|不是)",
-    regex.IGNORECASE,
+_CONFIRMATION = lazy_regex(
+    r"(?i)^(?:yes|yeah|yep|yup|ok|okay|sure|no|nope|correct|right|great|perfect|alright)\b"
+    r"|^(?:好的|好|是的|是|对|可以|行|没问题|确认|不用|不是)"
 )
-_DECISION = regex.compile(
-    r"\b(?:confirmed|booked|done|completed|cancell?ed|updated|scheduled|resolved|agreed|reserved"
+_DECISION = lazy_regex(
+    r"(?i)\b(?:confirmed|booked|done|completed|cancell?ed|updated|scheduled|resolved|agreed|reserved"
     r"|refunded|processed|modified|changed|upgraded|successfully|finali[sz]ed|approved|issued"
-    r"|all set)\b|已|完成|确认|成功|搞定",
-    regex.IGNORECASE,
+    r"|all set)\b|已|完成|确认|成功|搞定"
 )
-_PROFILE = regex.compile(
-    r"\b(?:i(?:'m| am) (?:a|an|from|allergic|married|single|vegetarian|vegan|retired|based)\b"
+_PROFILE = lazy_regex(
+    r"(?i)\b(?:i(?:'m| am) (?:a|an|from|allergic|married|single|vegetarian|vegan|retired|based)\b"
     r"|my name(?: is|'s)|call me|i live|i work|i prefer|i like|i love|i hate|i dislike"
     r"|i don't like|i do not like|i was born|my birthday|i have (?:a|an|two|three|\d)"
     r"|i usually|i always|i never|my (?:[\w-]+ ){0,2}(?:is|are)\b)"
     r"|我是|我叫|我的名字|我住|我在.{0,8}工作|我喜欢|我爱|我不喜欢|我讨厌|我偏好|我习惯|我来自"
-    r"|我对.{0,6}过敏|我有|我的.{1,6}是",
-    regex.IGNORECASE,
+    r"|我对.{0,6}过敏|我有|我的.{1,6}是"
 )
-_TOOL_FAILURE = regex.compile(
-    r"^\s*(?:error|exception|failed|failure)\b|\b(?:not found|invalid|unauthori[sz]ed|denied)\b",
-    regex.IGNORECASE,
+_TOOL_FAILURE = lazy_regex(
+    r"(?i)^\s*(?:error|exception|failed|failure)\b|\b(?:not found|invalid|unauthori[sz]ed|denied)\b"
 )
-_LOCOMO_PREFIX = regex.compile(r"^\s*\[([^\[\]\n]{3,60})\]\s*(?:([^:：\n]{1,40}?)[:：]\s+)?")
+_LOCOMO_PREFIX = lazy_regex(r"^\s*\[([^\[\]\n]{3,60})\]\s*(?:([^:：\n]{1,40}?)[:：]\s+)?")
 _MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
-_DATE = regex.compile(
+_DATE = lazy_regex(
     r"\b\d{4}-\d{1,2}-\d{1,2}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
     rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTH},?\s+\d{{4}}\b"
     rf"|\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?\b"
     r"|\d{4}年\d{1,2}月(?:\d{1,2}[日号])?|\d{1,2}月\d{1,2}[日号]",
 )
-_BULLET = regex.compile(r"^\s*(?:[-*•>]+|\d{1,3}[.)])\s+")
-_SENTENCE_END = regex.compile(r"(?<=[.!?])\s+(?=\S)|(?<=[。！？])")
-_WORD = regex.compile(r"[\p{L}\p{N}'’]+")
-_LATIN_WORD = regex.compile(r"[A-Za-z][A-Za-z0-9'\-]{2,}")
-_CJK_RUN = regex.compile(r"\p{Han}+")
+_BULLET = lazy_regex(r"^\s*(?:[-*•>]+|\d{1,3}[.)])\s+")
+_SENTENCE_END = lazy_regex(r"(?<=[.!?])\s+(?=\S)|(?<=[。！？])")
+_WORD = lazy_regex(r"[\p{L}\p{N}'’]+")
+_LATIN_WORD = lazy_regex(r"[A-Za-z][A-Za-z0-9'\-]{2,}")
+_CJK_RUN = lazy_regex(r"\p{Han}+")
+_ZH_SPLIT = lazy_regex(f"[{_ZH_SPLIT_CHARS}]")
 
 _LABELS = {
     "en": {
@@ -150,8 +145,8 @@ def _clean_sentence(text: str) -> str:
 def _sentences(text: str) -> list[str]:
     out: list[str] = []
     for line in text.split("\n"):
-        line = _BULLET.sub("", line.strip())
-        for part in _SENTENCE_END.split(line):
+        line = _BULLET().sub("", line.strip())
+        for part in _SENTENCE_END().split(line):
             sentence = _clean_sentence(part)
             if sentence:
                 out.append(sentence)
@@ -171,7 +166,7 @@ def _digest(messages: Sequence[Message]) -> list[_Turn]:
         text = text_of(message.content)
         turn = _Turn(index=index, role=message.role, text=text)
         if message.role in ("user", "assistant"):
-            prefix = _LOCOMO_PREFIX.match(text)
+            prefix = _LOCOMO_PREFIX().match(text)
             if prefix:
                 turn.when = prefix.group(1).strip()
                 turn.speaker = (prefix.group(2) or "").strip()
@@ -188,7 +183,7 @@ def _digest(messages: Sequence[Message]) -> list[_Turn]:
 
 
 def _words(sentence: str) -> list[str]:
-    return [w.lower().strip("'’") for w in _WORD.findall(sentence)]
+    return [w.lower().strip("'’") for w in _WORD().findall(sentence)]
 
 
 def _is_ack(sentence: str) -> bool:
@@ -200,13 +195,13 @@ def _is_substantive(sentence: str) -> bool:
     if _is_ack(sentence):
         return False
     words = _words(sentence)
-    han = sum(len(run) for run in _CJK_RUN.findall(sentence))
+    han = sum(len(run) for run in _CJK_RUN().findall(sentence))
     return len(words) >= 3 or han >= 4 or bool(extract_identifiers(sentence))
 
 
 def _long_enough(sentence: str, words: int) -> bool:
     """At least ``words`` words, or twice as many Chinese characters."""
-    han = sum(len(run) for run in _CJK_RUN.findall(sentence))
+    han = sum(len(run) for run in _CJK_RUN().findall(sentence))
     return len(_words(sentence)) >= words or han >= 2 * words
 
 
@@ -216,8 +211,8 @@ def _is_question(sentence: str) -> bool:
 
 def _cjk_chunks(text: str) -> list[str]:
     chunks: list[str] = []
-    for run in _CJK_RUN.findall(text):
-        for chunk in regex.split(f"[{_ZH_SPLIT_CHARS}]", run):
+    for run in _CJK_RUN().findall(text):
+        for chunk in _ZH_SPLIT().split(run):
             if 2 <= len(chunk) <= 6 and chunk not in _STOPWORDS_ZH:
                 chunks.append(chunk)
     return chunks
@@ -226,13 +221,13 @@ def _cjk_chunks(text: str) -> list[str]:
 def _keywords(text: str) -> list[str]:
     """Content words in order of appearance: Latin words of 3+ letters that are not stop words
     and Chinese chunks between function characters."""
-    words = [w for w in _LATIN_WORD.findall(text) if w.lower() not in _STOPWORDS_EN]
+    words = [w for w in _LATIN_WORD().findall(text) if w.lower() not in _STOPWORDS_EN]
     return words + _cjk_chunks(text)
 
 
 def _overlap_keys(text: str) -> set[str]:
-    keys = {w.lower() for w in _LATIN_WORD.findall(text) if w.lower() not in _STOPWORDS_EN}
-    for run in _CJK_RUN.findall(text):
+    keys = {w.lower() for w in _LATIN_WORD().findall(text) if w.lower() not in _STOPWORDS_EN}
+    for run in _CJK_RUN().findall(text):
         keys.update(run[i : i + 2] for i in range(len(run) - 1))
     keys.update(extract_identifiers(text))
     return keys
@@ -379,14 +374,14 @@ def rules_merge(
     timeline: list[TimelineEvent] = []
     for turn in user_turns:
         substantive = [s for s in turn.sentences if _is_substantive(s)]
-        wishes = [s for s in substantive if _REQUEST.search(s) and not _CONFIRMATION.search(s)]
+        wishes = [s for s in substantive if _REQUEST().search(s) and not _CONFIRMATION().search(s)]
         asking = [s for s in wishes if not _is_question(s)] or wishes
         requests.extend(asking[:1])
         if substantive:
             event = (asking or substantive)[0]
             if turn.speaker:
                 event = f"{turn.speaker}: {event}"
-            date = _DATE.search(turn.text)
+            date = _DATE().search(turn.text)
             when = turn.when or (date.group() if date else "")
             timeline.append(TimelineEvent(when=item(when), event=item(event)))
     substantive_user = [s for t in user_turns for s in t.sentences if _is_substantive(s)]
@@ -426,7 +421,7 @@ def rules_merge(
         for sentence in turn.sentences:
             if _is_question(sentence):
                 continue
-            if _DECISION.search(sentence) and _long_enough(sentence, 3):
+            if _DECISION().search(sentence) and _long_enough(sentence, 3):
                 decisions.append(item(sentence))
             elif _long_enough(sentence, 4) and extract_identifiers(sentence):
                 facts.append(item(sentence))
@@ -434,7 +429,7 @@ def rules_merge(
         item(s)
         for t in user_turns
         for s in t.sentences
-        if _PROFILE.search(s) and not _is_question(s) and not _is_ack(s)
+        if _PROFILE().search(s) and not _is_question(s) and not _is_ack(s)
     ]
 
     # The task in progress.
@@ -442,7 +437,7 @@ def rules_merge(
         item(_format_call(c))
         for t in assistant_turns
         for c in t.calls
-        if c.result is not None and not _TOOL_FAILURE.search(c.result[:200])
+        if c.result is not None and not _TOOL_FAILURE().search(c.result[:200])
     ]
     done += decisions
 

@@ -21,7 +21,14 @@ from ._patterns import lazy_regex
 if TYPE_CHECKING:
     import regex
 
-__all__ = ["BUILTIN_PATTERNS", "RedactionError", "Redactor", "validate_patterns"]
+__all__ = [
+    "BUILTIN_HINTS",
+    "BUILTIN_PATTERNS",
+    "RedactionError",
+    "Redactor",
+    "may_match",
+    "validate_patterns",
+]
 
 # Named group ``secret``: when present only that part is replaced, so the key of an assignment
 # (``password=``) stays readable and the summary can still say that a password was given.
@@ -67,7 +74,38 @@ BUILTIN_PATTERNS: dict[str, str] = {
     ),
 }
 
+#: For each built-in pattern, strings one of which every match contains (``casefold``: looked for
+#: in the case-folded text, for the case-insensitive patterns). A text holding none of them cannot
+#: match, so its pass is skipped: most texts then cost a few substring searches, not a regex pass
+#: per pattern. ``tests/test_redact.py`` checks that every match holds one of its pattern's hints.
+BUILTIN_HINTS: dict[str, tuple[tuple[str, ...], bool]] = {
+    "private-key": (("PRIVATE KEY-----",), False),
+    "anthropic-key": (("sk-ant-",), False),
+    "openai-key": (("sk-",), False),
+    "stripe-key": (("_live_", "_test_"), False),
+    "aws-access-key-id": (("AKIA", "ASIA"), False),
+    "aws-secret-key": (("secret",), True),
+    "github-token": (("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"), False),
+    "slack-token": (("xox",), False),
+    "google-api-key": (("AIza",), False),
+    "jwt": (("eyJ",), False),
+    "bearer-token": (("bearer",), True),
+    "url-credentials": (("://",), False),
+    "secret-assignment": (("password", "passwd", "pwd", "secret", "api", "token", "密码"), True),
+}
+
 _TIMEOUT_S = 5.0
+
+
+def may_match(name: str, text: str, folded: str) -> bool:
+    """Whether the pass ``name`` could match ``text`` (``folded`` = ``text.casefold()``): false
+    only when the text holds none of the pattern's hints; always true for user patterns."""
+    hint = BUILTIN_HINTS.get(name)
+    if hint is None:
+        return True
+    needles, casefold = hint
+    haystack = folded if casefold else text
+    return any(needle in haystack for needle in needles)
 
 
 class RedactionError(RuntimeError):
@@ -116,7 +154,13 @@ class Redactor:
     def redact(self, text: str) -> str:
         """``text`` with every match replaced by ``[REDACTED:<name>]`` (only the ``secret``
         group when a pattern has one). Raises :class:`RedactionError` on a pattern timeout."""
+        folded: str | None = None
         for name, pattern in self._passes:
+            if name in BUILTIN_HINTS:
+                if folded is None:
+                    folded = text.casefold()
+                if not may_match(name, text, folded):
+                    continue
             marker = _marker(name)
 
             def replace(match: regex.Match[str], marker: str = marker) -> str:
@@ -130,7 +174,10 @@ class Redactor:
                 return whole[: start - offset] + marker + whole[end - offset :]
 
             try:
-                text = pattern().sub(replace, text, timeout=self._timeout_s)
+                redacted = pattern().sub(replace, text, timeout=self._timeout_s)
             except TimeoutError as exc:
                 raise RedactionError(f"redaction pattern {name} timed out") from exc
+            if redacted != text:
+                # A marker may hold a later hint (``[REDACTED:github-token]``): fold again.
+                text, folded = redacted, None
         return text

@@ -7,11 +7,14 @@ import string
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from plugin_memory_summary.redact import (
     BUILTIN_PATTERNS,
     RedactionError,
     Redactor,
+    may_match,
     validate_patterns,
 )
 
@@ -141,9 +144,19 @@ def test_ordinary_ids_and_prose_survive(text: str) -> None:
 
 def test_every_builtin_pattern_has_a_test_above() -> None:
     tested = {
-        "openai-key", "anthropic-key", "aws-access-key-id", "aws-secret-key", "github-token",
-        "slack-token", "google-api-key", "stripe-key", "jwt", "private-key", "bearer-token",
-        "url-credentials", "secret-assignment",
+        "openai-key",
+        "anthropic-key",
+        "aws-access-key-id",
+        "aws-secret-key",
+        "github-token",
+        "slack-token",
+        "google-api-key",
+        "stripe-key",
+        "jwt",
+        "private-key",
+        "bearer-token",
+        "url-credentials",
+        "secret-assignment",
     }
     assert set(BUILTIN_PATTERNS) == tested
 
@@ -217,3 +230,114 @@ def test_secrets_inside_a_megabyte_are_all_found() -> None:
     out = REDACTOR.redact(text)
     assert GITHUB not in out and AWS_ID not in out
     assert "[REDACTED:github-token]" in out and "[REDACTED:aws-access-key-id]" in out
+
+
+# -- the hint prefilter ----------------------------------------------------------------------------
+
+_SECRETS = [
+    OPENAI,
+    OPENAI_PROJECT,
+    ANTHROPIC,
+    AWS_ID,
+    AWS_STS,
+    GITHUB,
+    GITHUB_OAUTH,
+    GITHUB_APP,
+    GITHUB_PAT,
+    SLACK,
+    GOOGLE,
+    STRIPE,
+    STRIPE_RESTRICTED,
+    JWT,
+    PEM,
+]
+_FRAGMENTS = [
+    *_SECRETS,
+    "aws_secret_access_key = " + AWS_SECRET,
+    "Bearer abcdefghijklmnop1234",
+    "https://user:hunter2@example.com/x",
+    "password: 'pa ss'",
+    "PASSWORD=x",
+    "pwd=x",
+    "passwd: y",
+    "api_key=z",
+    "Secret_Key = q",
+    "ſecret=long-s-folds",  # (?i) folds U+017F to "s"
+    "API-KEY: v",
+    "token = t0k",
+    "密码：123",
+    "[REDACTED:github-token]",
+    "sk-",
+    "eyJ",
+    "xox",
+    "AIza",
+    "://",
+    "-----BEGIN ",
+    "PRIVATE KEY-----",
+    " ",
+    "\n",
+    "=",
+    ":",
+    "'",
+    '"',
+    "_",
+    "-",
+]
+
+
+def _reference_redact(text: str) -> str:
+    """The passes without the prefilter: every built-in pattern, in order, on every text."""
+    import regex
+
+    for name, source in BUILTIN_PATTERNS.items():
+        pattern = regex.compile(source)
+
+        def replace(match: regex.Match[str], marker: str = f"[REDACTED:{name}]") -> str:
+            whole = match.group(0)
+            if "secret" not in match.re.groupindex or match.group("secret") is None:
+                return marker
+            start, end = match.span("secret")
+            return whole[: start - match.start()] + marker + whole[end - match.start() :]
+
+        text = pattern.sub(replace, text)
+    return text
+
+
+_texts = st.lists(st.one_of(st.sampled_from(_FRAGMENTS), st.text(max_size=12)), max_size=12).map(
+    "".join
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_texts)
+def test_every_match_of_a_builtin_pattern_holds_one_of_its_hints(text: str) -> None:
+    import regex
+
+    folded = text.casefold()
+    for name, source in BUILTIN_PATTERNS.items():
+        if regex.search(source, text) is not None:
+            assert may_match(name, text, folded), (name, text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_texts)
+def test_the_prefilter_changes_no_redaction(text: str) -> None:
+    assert Redactor().redact(text) == _reference_redact(text)
+
+
+def test_a_text_without_hints_runs_no_pattern() -> None:
+    redactor = Redactor()
+    redactor.redact("warm up")
+    text = '{"reservation_id": "ZFA04Y", "status": "confirmed", "cabin": "economy"}' * 50
+    calls = []
+    for name, pattern in redactor._passes:
+        compiled = pattern()
+
+        class Spy:
+            def sub(self, *args, _c=compiled, _n=name, **kwargs):  # type: ignore[no-untyped-def]
+                calls.append(_n)
+                return _c.sub(*args, **kwargs)
+
+        pattern._compiled = Spy()  # type: ignore[assignment]
+    assert redactor.redact(text) == text and calls == []
+    assert redactor.redact(text + " token=abc") != text and calls == ["secret-assignment"]

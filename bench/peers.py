@@ -9,19 +9,24 @@ The peers are not dependencies of the plugin: install them in a separate environ
 
 Per model call (step): context tokens sent, messages kept verbatim, tool-pair violations in what
 is sent, and the time the memory component took for that call. Ours runs in the real host
-(SQLite file, plugin from its entry point); its per-step time is what the plugin's receivers and
-hooks took on the turn path (``agent:turn:after`` and ``token:usage`` sends, contributions,
-``before_model_call``), host dispatch included; its compressions run in the background, off the
-turn. The peers summarize inline, so their step time includes the (instant) summarizer call.
+(SQLite file, plugin from its entry point); its per-step time is the time spent inside the
+plugin's own receivers and hooks on the turn path (``agent:turn:after`` and ``token:usage``
+receivers, the contribution, ``before_model_call`` with any blocking compression), and, as a
+second figure, the same with the host's dispatch of those signals and hooks around it. Its
+background compressions run off the turn. The peers summarize inline, so their step time
+includes the (instant) summarizer call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import inspect
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +38,7 @@ from common import (  # noqa: E402
     SYSTEM_PROMPT,
     Table,
     TokenCounter,
+    fmt,
     make_rig,
     mean,
     out_dir,
@@ -325,19 +331,93 @@ def instrument(host: Any) -> list[float]:
     return steps
 
 
+#: The plugin's own entry points on the turn path: its signal receivers and its hooks.
+PLUGIN_ENTRY_POINTS = (
+    "_on_turn_after",
+    "_on_token_usage",
+    "_on_session_compress",
+    "agent_prompt",
+    "before_model_call",
+)
+
+
+@contextlib.contextmanager
+def time_plugin_code(steps: list[float]) -> Iterator[None]:
+    """While active, the time spent inside the plugin's own receivers and hooks (outermost call
+    only: a receiver that sends a signal the plugin also receives is counted once) is added to
+    ``steps[-1]``: the analogue of timing a peer's middleware call, without the host's own
+    signal and hook dispatch. Patched on the class before the host starts, so the host registers
+    the timed methods."""
+    from plugin_memory_summary.plugin import MemorySummaryPlugin
+
+    depth = [0]
+
+    def add(elapsed: float) -> None:
+        if steps:
+            steps[-1] += elapsed
+
+    def timed(fn: Any) -> Any:
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                depth[0] += 1
+                start = time.perf_counter()
+                try:
+                    return await fn(*args, **kwargs)
+                finally:
+                    depth[0] -= 1
+                    if depth[0] == 0:
+                        add(time.perf_counter() - start)
+
+            return async_wrapper
+
+        @functools.wraps(fn)
+        def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+            depth[0] += 1
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+                if depth[0] == 0:
+                    add(time.perf_counter() - start)
+
+        return sync_wrapper
+
+    originals = {name: getattr(MemorySummaryPlugin, name) for name in PLUGIN_ENTRY_POINTS}
+    try:
+        for name, fn in originals.items():
+            setattr(MemorySummaryPlugin, name, timed(fn))
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(MemorySummaryPlugin, name, fn)
+
+
 async def run_ours(
     conversation: Conversation, config: dict[str, Any], counter: TokenCounter, label: str
 ) -> SystemRun:
     llm = BenchLLM(counter=counter)
-    rig = await make_rig(llm, config)
-    times = instrument(rig.host)
-    try:
-        run = await replay_through_host(rig, conversation, conversation.name)
-        await rig.drain()
-    finally:
-        await rig.close()
+    own: list[float] = []
+    with time_plugin_code(own):
+        rig = await make_rig(llm, config)
+        times = instrument(rig.host)
+
+        async def new_step(*args: Any, **kwargs: Any) -> Any:
+            own.append(0.0)
+            return await prepare(*args, **kwargs)
+
+        prepare = rig.host._prepare_call
+        rig.host._prepare_call = new_step
+        try:
+            run = await replay_through_host(rig, conversation, conversation.name)
+            await rig.drain()
+        finally:
+            await rig.close()
     run.name = label
-    run.step_times = times
+    run.step_times = own
+    run.extra["host_path_times"] = times
     run.summarizer_calls, run.summarizer_input_tokens = (
         llm.summarizer.calls,
         llm.summarizer.input_tokens,
@@ -348,6 +428,7 @@ async def run_ours(
 def aggregate(runs: list[SystemRun], conv_tokens: int) -> dict[str, Any]:
     steps = [s for r in runs for s in r.steps]
     times = [t for r in runs for t in r.step_times]
+    host = [t for r in runs for t in r.extra.get("host_path_times", ())]
     return {
         "steps": len(steps),
         "mean": mean([s.tokens for s in steps]),
@@ -358,6 +439,9 @@ def aggregate(runs: list[SystemRun], conv_tokens: int) -> dict[str, Any]:
         "verbatim": mean([s.verbatim for s in steps]),
         "p50_us": us(percentile(times, 50)),
         "p99_us": us(percentile(times, 99)),
+        "mean_us": us(mean(times)),
+        "host_p50_us": us(percentile(host, 50)) if host else None,
+        "host_p99_us": us(percentile(host, 99)) if host else None,
         "violations": sum(s.violations for s in steps),
     }
 
@@ -373,7 +457,9 @@ COLUMNS = [
     "summarizer input / conversation",
     "verbatim msgs (mean)",
     "per-step p50 (us)",
+    "per-step mean (us)",
     "per-step p99 (us)",
+    "host path p50 / p99 (us)",
     "tool-pair violations",
 ]
 
@@ -430,7 +516,11 @@ async def main() -> None:
                 round(a["input_ratio"], 2),
                 round(a["verbatim"], 1),
                 a["p50_us"],
+                a["mean_us"],
                 a["p99_us"],
+                "-"
+                if a["host_p50_us"] is None
+                else f"{fmt(a['host_p50_us'])} / {fmt(a['host_p99_us'])}",
                 a["violations"],
             )
         window = [baseline_runs(c, counter)[1] for c in conversations]
@@ -447,6 +537,8 @@ async def main() -> None:
             round(mean([x.verbatim for x in steps]), 1),
             "-",
             "-",
+            "-",
+            "-",
             sum(x.violations for x in steps),
         )
 
@@ -458,6 +550,8 @@ async def main() -> None:
             "peer",
             "budget adherence",
             "tool-pair safety",
+            "per-step p50",
+            "per-step mean",
             "per-step p99",
             "summarizer input",
             "verbatim msgs",
@@ -473,6 +567,8 @@ async def main() -> None:
             checks = {
                 "budget": o["over"] <= a["over"],
                 "tools": o["violations"] <= a["violations"],
+                "p50": o["p50_us"] <= a["p50_us"],
+                "mean": o["mean_us"] <= a["mean_us"],
                 "p99": o["p99_us"] <= a["p99_us"],
                 "input": o["input_ratio"] <= a["input_ratio"],
                 "verbatim": o["verbatim"] >= a["verbatim"],
@@ -480,6 +576,8 @@ async def main() -> None:
             peer_dominates = (
                 a["over"] <= o["over"]
                 and a["violations"] <= o["violations"]
+                and a["p50_us"] <= o["p50_us"]
+                and a["mean_us"] <= o["mean_us"]
                 and a["p99_us"] <= o["p99_us"]
                 and a["input_ratio"] <= o["input_ratio"]
                 and a["verbatim"] >= o["verbatim"]
@@ -498,9 +596,13 @@ async def main() -> None:
         "every system (never summarized).",
         "The sliding-window row is a reference floor for budget adherence (newest messages that "
         "fit, tool groups whole), not a peer.",
-        "Per-step time: ours = the plugin's receivers and hooks on the turn path, host dispatch "
-        "included (compressions run in the background); peers = the middleware / function call, "
-        "summarizer call included (they summarize inline).",
+        "Per-step time: peers = the middleware / function call, summarizer call included (they "
+        "summarize inline); ours = the time inside the plugin's own receivers and hooks on the "
+        "turn path (turn-end handler, token:usage receiver, contribution, before_model_call: a "
+        "blocking compression included; background compressions run off the turn, but share "
+        "the event loop, so their work between awaits is counted where a timed call waits). "
+        "'Host path' adds the host's signal and hook dispatch around them (the host sends these "
+        "signals with or without the plugin).",
     ]
     write_results(
         "peers",

@@ -117,7 +117,6 @@ CORE_PACKAGES = (
     "pydantic",
     "pluggy",
     "blinker",
-    "aiosqlite",
     "tiktoken",
 )
 

@@ -13,10 +13,11 @@ a pipe. Test-side instrumentation, no production hook:
 * the wrapped memory service (:class:`ProbeMemory`) reports ``before-commit`` when the summary is
   computed and ``commit_compression`` is about to run, and logs every lease hold
   ``(pid, name, t_acquire, t_release, released)``;
-* a ``sqlite3`` trace callback on the backend's own connection (it runs in aiosqlite's worker
-  thread, before each statement) reports ``in-commit`` inside ``commit_compression``'s transaction,
-  after the summary record was written and before the archive ``UPDATE``, and ``marker`` inside
-  the transaction that writes the compression's event marker, after its ``INSERT``.
+* a ``sqlite3`` trace callback on the backend's own connection (installed with
+  ``SQLiteMemory.set_trace_callback``: it runs in the backend's worker thread, before each
+  statement) reports ``in-commit`` inside ``commit_compression``'s transaction, after the summary
+  record was written and before the archive ``UPDATE``, and ``marker`` inside the transaction
+  that writes the compression's event marker, after its ``INSERT``.
 
 At a point the child sends ``("at", point, info)`` to the parent (``info["pid"]`` is its pid). If
 the point is the child's ``crash`` point it then blocks forever (the parent SIGKILLs it); if it is
@@ -174,7 +175,7 @@ class Probe:
         if gate is not None:
             await asyncio.get_running_loop().run_in_executor(None, gate.wait, 120)
 
-    # sqlite3 trace callback: aiosqlite's worker thread, before each statement runs.
+    # sqlite3 trace callback: the backend's worker thread, before each statement runs.
     def trace(self, sql: str) -> None:
         head = sql.lstrip()[:40].upper()
         if head.startswith("BEGIN"):
@@ -209,8 +210,7 @@ class ProbeMemory:
         return getattr(self._inner, name)
 
     async def install_trace(self) -> None:
-        db = await self._inner._connection()
-        await db.set_trace_callback(self._probe.trace)
+        await self._inner.set_trace_callback(self._probe.trace)
 
     async def append(self, session_id: str, messages: Any) -> Any:
         if any(m.kind == "event-marker" for m in messages):

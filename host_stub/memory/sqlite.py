@@ -1,12 +1,44 @@
-"""SQLite memory backend (the embedded default): one database file in WAL mode, via aiosqlite.
+"""SQLite memory backend (the embedded default): one database file in WAL mode, on the standard
+library's ``sqlite3``, one worker thread per instance.
 
-Every write is one ``BEGIN IMMEDIATE`` transaction, so it holds SQLite's single write lock from
-its first read to its commit: sequence numbers, compare-and-set checks and leases are decided
-under that lock and stay correct when several processes share the file. Reads that must agree
-with each other (``snapshot``) run in one deferred ``BEGIN`` transaction, i.e. one WAL snapshot.
+Transactions. Every write is one ``BEGIN IMMEDIATE`` transaction, so it holds SQLite's single
+write lock from its first read to its commit: sequence numbers, compare-and-set checks and leases
+are decided under that lock and stay correct when several processes share the file. Reads that
+must agree with each other (``snapshot``) run in one deferred ``BEGIN`` transaction, i.e. one WAL
+snapshot. Any exception inside a transaction rolls it back.
 
-One instance owns one connection; an ``asyncio.Lock`` keeps its transactions from interleaving.
-The connection is opened, and the schema created, on first use.
+One call, one thread hop. An instance owns one ``sqlite3`` connection and one worker thread (a
+``ThreadPoolExecutor`` with a single worker); the connection is created in that thread and only
+ever used there. Each public method hands the worker ONE synchronous function that runs its whole
+transaction (``BEGIN`` ... ``COMMIT``) and returns plain values, so a call costs one hop to the
+thread and back however many statements it runs. Rows become ``Message`` and ``MetadataEntry``
+objects on the event loop, after the transaction: decoding them in the worker instead measured
+no faster (the GIL runs it one thread at a time either way) and was slower in whole turns. The
+worker runs the jobs one after another in the order they were submitted, which is what keeps one
+instance's transactions from interleaving (no ``asyncio.Lock``); other connections, in this
+process or another, are kept apart by SQLite's locks, waited for up to ``busy_timeout_s``.
+
+Opening. Nothing is opened by the constructor. The first job opens the connection in the worker
+thread (busy timeout, WAL, ``synchronous = NORMAL``) and creates or migrates the schema (``PRAGMA
+user_version``), then runs its own transaction. If opening fails the call raises and the next call
+tries again.
+
+Cancellation. A job cannot be interrupted once the worker has started it. Cancelling the caller
+while its job still waits in the worker's queue withdraws the job: it never runs and the store is
+untouched. Cancelling it while the job runs only drops the result: the job commits (or, on an
+error, rolls back) on its own, and the next job starts after it has finished. Either way a
+transaction is applied whole or not at all, never in part, and the instance stays usable; a
+cancelled ``append`` may thus have been stored without its caller learning the seqs.
+
+Closing. ``close()`` marks the instance closed (every later call raises ``RuntimeError``), queues
+the closing of the connection behind the jobs already submitted, which still run, and lets the
+worker thread end once it is done. It waits for that; cancelling ``close()`` does not stop it.
+Calling ``close()`` again is harmless.
+
+Tracing. :meth:`SQLiteMemory.set_trace_callback` installs a ``sqlite3`` trace callback on the
+connection. It runs in the worker thread just before each statement (``BEGIN`` and ``COMMIT``
+included), so a callback that blocks holds the transaction it is in; the crash tests stop a
+process at such points.
 """
 
 from __future__ import annotations
@@ -16,11 +48,10 @@ import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
-
-import aiosqlite
+from typing import Any, TypeVar
 
 from ..messages import ArchiveReason, Message
 from ..services import (
@@ -87,7 +118,17 @@ _MIGRATIONS: dict[int, str] = {
     """,
 }
 
+#: A message row: ``(seq, epoch, role, kind, body, tokens, archived)``.
 _MESSAGE_COLUMNS = "seq, epoch, role, kind, body, tokens, archived"
+#: A metadata row: ``(namespace, key, value, version, deleted, updated_at)``.
+_METADATA_COLUMNS = "namespace, key, value, version, deleted, updated_at"
+
+_T = TypeVar("_T")
+_Row = tuple[Any, ...]
+#: A transaction's body: runs in the worker thread, between ``BEGIN`` and ``COMMIT``.
+_Job = Callable[[sqlite3.Connection], _T]
+#: A ``sqlite3`` trace callback: gets each statement's SQL before it runs.
+TraceCallback = Callable[[str], object]
 
 
 class SQLiteMemory:
@@ -108,51 +149,91 @@ class SQLiteMemory:
         self.path = str(path)
         self._count = token_counter
         self._busy_timeout_ms = max(0, int(busy_timeout_s * 1000))
-        self._lock = asyncio.Lock()
-        self._db: aiosqlite.Connection | None = None
+        self._executor: ThreadPoolExecutor | None = None  # created on first use
         self._closed = False
+        self._closing: Future[None] | None = None  # the job that closes the connection
+        # Used only in the worker thread:
+        self._db: sqlite3.Connection | None = None
+        self._trace: TraceCallback | None = None
 
-    # -- connection and transactions ----------------------------------------------------------
+    # -- the worker thread --------------------------------------------------------------------
 
-    async def _connection(self) -> aiosqlite.Connection:
+    async def _call(self, job: _Job[_T], *, write: bool) -> _T:
+        """Run ``job`` as one transaction in the worker thread (one hop); return its result."""
+        return await self._in_worker(self._transaction, job, write)
+
+    async def _in_worker(self, fn: Callable[..., _T], *args: Any) -> _T:
         if self._closed:
             raise RuntimeError(f"SQLiteMemory({self.path!r}) is closed")
-        if self._db is not None:
-            return self._db
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-memory")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _connection(self) -> sqlite3.Connection:
+        """Worker thread: the connection, opened on first use."""
+        return self._db if self._db is not None else self._open()
+
+    def _transaction(self, job: _Job[_T], write: bool) -> _T:
+        """Worker thread: ``BEGIN`` ... ``COMMIT`` around ``job``, rolled back on any
+        exception."""
+        db = self._connection()
+        db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            result = job(db)
+            db.execute("COMMIT")
+        except BaseException:
+            self._rollback(db)
+            raise
+        return result
+
+    def _rollback(self, db: sqlite3.Connection) -> None:
+        try:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            return
+        except Exception:
+            pass
+        # The transaction could not be rolled back: drop the connection (closing it rolls back)
+        # and let the next job open a fresh one.
+        self._db = None
+        with contextlib.suppress(Exception):
+            db.close()
+
+    def _open(self) -> sqlite3.Connection:
+        """Worker thread: connect, set the pragmas, create or migrate the schema."""
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        db = await aiosqlite.connect(
-            self.path, isolation_level=None, timeout=self._busy_timeout_ms / 1000
-        )
+        db = sqlite3.connect(self.path, isolation_level=None, timeout=self._busy_timeout_ms / 1000)
         try:
-            db.row_factory = sqlite3.Row
-            await db.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
-            await self._set_wal(db)
-            await db.execute("PRAGMA synchronous = NORMAL")
-            await self._migrate(db)
+            db.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+            self._set_wal(db)
+            db.execute("PRAGMA synchronous = NORMAL")
+            self._migrate(db)
+            if self._trace is not None:
+                db.set_trace_callback(self._trace)
         except BaseException:
-            await db.close()
+            db.close()
             raise
         self._db = db
         return db
 
-    async def _set_wal(self, db: aiosqlite.Connection) -> None:
+    def _set_wal(self, db: sqlite3.Connection) -> None:
         # Switching a fresh file to WAL takes an exclusive lock that may not wait on the busy
         # handler when several processes open the file at once; retry within the busy timeout.
         deadline = time.monotonic() + self._busy_timeout_ms / 1000
         while True:
             try:
-                await db.execute("PRAGMA journal_mode = WAL")
+                db.execute("PRAGMA journal_mode = WAL")
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() >= deadline:
                     raise
-                await asyncio.sleep(0.01)
+                time.sleep(0.01)
 
-    async def _migrate(self, db: aiosqlite.Connection) -> None:
-        await db.execute("BEGIN IMMEDIATE")
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        db.execute("BEGIN IMMEDIATE")
         try:
-            version = await _scalar(db, "PRAGMA user_version")
+            version = _scalar(db, "PRAGMA user_version")
             if version > SCHEMA_VERSION:
                 raise RuntimeError(
                     f"{self.path}: schema version {version} is newer than this code "
@@ -161,95 +242,116 @@ class SQLiteMemory:
             while version < SCHEMA_VERSION:
                 for statement in _MIGRATIONS[version].split(";"):
                     if statement.strip():
-                        await db.execute(statement)
+                        db.execute(statement)
                 version += 1
-            await db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute("COMMIT")
         except BaseException:
-            await db.rollback()
+            with contextlib.suppress(Exception):
+                db.execute("ROLLBACK")
             raise
-        await db.commit()
 
-    @contextlib.asynccontextmanager
-    async def _tx(self, *, write: bool) -> AsyncIterator[aiosqlite.Connection]:
-        """One transaction: ``BEGIN IMMEDIATE`` for writes, a deferred ``BEGIN`` for reads."""
-        async with self._lock:
-            db = await self._connection()
-            try:
-                await db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-                yield db
-                await db.commit()
-            except BaseException:
-                # Also on cancellation: the worker thread runs statements in order, so this
-                # rollback runs after whatever statement was still in flight and before the next
-                # transaction's BEGIN (a no-op when no transaction is open).
-                with contextlib.suppress(Exception):
-                    await db.rollback()
-                raise
+    def _close_connection(self) -> None:
+        """Worker thread: the last job."""
+        db, self._db = self._db, None
+        if db is not None:
+            db.close()
+
+    async def set_trace_callback(self, callback: TraceCallback | None) -> None:
+        """Install (``None``: remove) a ``sqlite3`` trace callback on this instance's connection,
+        opening it if it is not open yet (the opening's own statements are not traced).
+
+        The callback gets each statement's SQL (parameters expanded) in the worker thread, just
+        before the statement runs, inside the transaction; the transaction waits while it runs.
+        ``BEGIN``, ``COMMIT`` and ``ROLLBACK`` are statements too. Exceptions it raises are
+        ignored by ``sqlite3``. For tests and diagnostics.
+        """
+
+        def install() -> None:
+            self._connection().set_trace_callback(callback)
+            self._trace = callback  # kept for a reopened connection
+
+        await self._in_worker(install)
 
     # -- messages -----------------------------------------------------------------------------
 
     async def append(self, session_id: str, messages: Sequence[Message]) -> list[Message]:
         if not messages:
             return []
-        counted = [(m, tokens_of(m, self._count)) for m in messages]
-        async with self._tx(write=True) as db:
+        given = [(m.role, m.kind, body_of(m), tokens_of(m, self._count)) for m in messages]
+        # The copies handed back, built (and validated) before anything is written; the store
+        # fills in their seq and epoch.
+        out = [
+            message_from_row(
+                role=role, kind=kind, body=body, seq=0, epoch=0, tokens=tokens, archived=None
+            )
+            for role, kind, body, tokens in given
+        ]
+
+        def job(db: sqlite3.Connection) -> tuple[int, int]:
             now = time.time()
-            await db.execute(
+            db.execute(
                 "INSERT OR IGNORE INTO sessions (session_id, epoch, last_seq, updated_at)"
                 " VALUES (?, 0, 0, ?)",
                 (session_id, now),
             )
-            row = await _one(
+            row = _one(
                 db, "SELECT epoch, last_seq FROM sessions WHERE session_id = ?", (session_id,)
             )
             assert row is not None
-            epoch, seq = row["epoch"], row["last_seq"]
-            out: list[Message] = []
-            rows = []
-            for message, tokens in counted:
-                seq += 1
-                body = body_of(message)
-                rows.append((session_id, seq, epoch, message.role, message.kind, body, tokens, now))
-                out.append(
-                    message_from_row(
-                        role=message.role,
-                        kind=message.kind,
-                        body=body,
-                        seq=seq,
-                        epoch=epoch,
-                        tokens=tokens,
-                        archived=None,
-                    )
-                )
-            await db.executemany(
+            epoch, last_seq = row
+            db.executemany(
                 "INSERT INTO messages (session_id, seq, epoch, role, kind, body, tokens,"
                 " archived, archived_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?)",
-                rows,
+                [
+                    (session_id, last_seq + i, epoch, role, kind, body, tokens, now)
+                    for i, (role, kind, body, tokens) in enumerate(given, 1)
+                ],
             )
-            await db.execute(
+            db.execute(
                 "UPDATE sessions SET last_seq = ?, updated_at = ? WHERE session_id = ?",
-                (seq, now, session_id),
+                (last_seq + len(given), now, session_id),
             )
+            return epoch, last_seq
+
+        epoch, last_seq = await self._call(job, write=True)
+        for i, message in enumerate(out, 1):
+            message.seq = last_seq + i
+            message.epoch = epoch
         return out
 
     async def get_history(self, session_id: str, limit: int | None = None) -> list[Message]:
         check_limit(limit)
-        async with self._tx(write=False) as db:
-            return await _messages(db, session_id, archived=False, limit=limit)
+        rows = await self._call(
+            lambda db: _message_rows(db, session_id, archived=False, limit=limit), write=False
+        )
+        return _messages(rows)
 
     async def get_archived(
         self, session_id: str, *, epoch: int | None = None, limit: int | None = None
     ) -> list[Message]:
         check_limit(limit)
-        async with self._tx(write=False) as db:
-            return await _messages(db, session_id, archived=True, epoch=epoch, limit=limit)
+        rows = await self._call(
+            lambda db: _message_rows(db, session_id, archived=True, epoch=epoch, limit=limit),
+            write=False,
+        )
+        return _messages(rows)
 
     async def snapshot(self, session_id: str, namespace: str = SUMMARY_NAMESPACE) -> Snapshot:
-        async with self._tx(write=False) as db:
-            messages = await _messages(db, session_id, archived=False)
-            record = await _metadata(db, namespace, session_id)
-            epoch = await _epoch(db, session_id)
-        return Snapshot(session_id=session_id, epoch=epoch, messages=messages, record=record)
+        def job(db: sqlite3.Connection) -> tuple[list[_Row], _Row | None, int]:
+            return (
+                _message_rows(db, session_id, archived=False),
+                _metadata_row(db, namespace, session_id),
+                _epoch(db, session_id),
+            )
+
+        rows, record, epoch = await self._call(job, write=False)
+        return Snapshot(
+            session_id=session_id,
+            epoch=epoch,
+            messages=_messages(rows),
+            record=None if record is None else _entry(record),
+        )
 
     async def trim_history(
         self,
@@ -259,17 +361,18 @@ class SQLiteMemory:
         reason: ArchiveReason = "window",
     ) -> list[int]:
         select_trim([], keep_recent, up_to_seq)  # argument errors before any transaction
-        async with self._tx(write=True) as db:
-            rows = await db.execute_fetchall(
+
+        def job(db: sqlite3.Connection) -> list[int]:
+            rows = db.execute(
                 "SELECT seq, kind, role FROM messages WHERE session_id = ? AND archived IS NULL"
                 " ORDER BY seq",
                 (session_id,),
-            )
-            seqs = select_trim(
-                [(r["seq"], r["kind"], r["role"]) for r in rows], keep_recent, up_to_seq
-            )
-            await _archive(db, session_id, seqs, reason, time.time())
-        return seqs
+            ).fetchall()
+            seqs = select_trim(rows, keep_recent, up_to_seq)
+            _archive(db, session_id, seqs, reason, time.time())
+            return seqs
+
+        return await self._call(job, write=True)
 
     async def commit_compression(
         self,
@@ -282,26 +385,29 @@ class SQLiteMemory:
         namespace: str = SUMMARY_NAMESPACE,
     ) -> bool:
         value = _dump_value(record)
-        async with self._tx(write=True) as db:
-            if await _version(db, namespace, session_id) != expected_version:
+
+        def job(db: sqlite3.Connection) -> bool:
+            if _version(db, namespace, session_id) != expected_version:
                 return False
-            if await _epoch(db, session_id) != epoch:
+            if _epoch(db, session_id) != epoch:
                 return False
             now = time.time()
-            await _write_metadata(db, namespace, session_id, value, now)
-            rows = await db.execute_fetchall(
+            _write_metadata(db, namespace, session_id, value, now)
+            rows = db.execute(
                 "SELECT seq FROM messages WHERE session_id = ? AND archived IS NULL"
                 " AND seq <= ? AND NOT (role = 'system' AND kind = 'message') ORDER BY seq",
                 (session_id, archive_through_seq),
-            )
-            await _archive(db, session_id, [r["seq"] for r in rows], "summarized", now)
-        return True
+            ).fetchall()
+            _archive(db, session_id, [seq for (seq,) in rows], "summarized", now)
+            return True
+
+        return await self._call(job, write=True)
 
     # -- metadata -----------------------------------------------------------------------------
 
     async def get_metadata(self, namespace: str, key: str) -> MetadataEntry | None:
-        async with self._tx(write=False) as db:
-            return await _metadata(db, namespace, key)
+        row = await self._call(lambda db: _metadata_row(db, namespace, key), write=False)
+        return None if row is None else _entry(row)
 
     async def save_metadata(
         self,
@@ -313,190 +419,211 @@ class SQLiteMemory:
         if value is None:
             raise ValueError("save_metadata needs a value; use delete_metadata to delete")
         text = _dump_value(value)
-        async with self._tx(write=True) as db:
+
+        def job(db: sqlite3.Connection) -> int | None:
             if expected_version is not None:
-                if await _version(db, namespace, key) != expected_version:
+                if _version(db, namespace, key) != expected_version:
                     return None
-            return await _write_metadata(db, namespace, key, text, time.time())
+            return _write_metadata(db, namespace, key, text, time.time())
+
+        return await self._call(job, write=True)
 
     async def delete_metadata(
         self, namespace: str, key: str, expected_version: int | None = None
     ) -> int | None:
-        async with self._tx(write=True) as db:
+        def job(db: sqlite3.Connection) -> int | None:
             if expected_version is not None:
-                if await _version(db, namespace, key) != expected_version:
+                if _version(db, namespace, key) != expected_version:
                     return None
-            return await _write_metadata(db, namespace, key, None, time.time())
+            return _write_metadata(db, namespace, key, None, time.time())
+
+        return await self._call(job, write=True)
 
     async def list_metadata(self, namespace: str) -> list[MetadataEntry]:
-        async with self._tx(write=False) as db:
-            rows = await db.execute_fetchall(
-                "SELECT namespace, key, value, version, deleted, updated_at FROM metadata"
+        rows = await self._call(
+            lambda db: db.execute(
+                f"SELECT {_METADATA_COLUMNS} FROM metadata"
                 " WHERE namespace = ? AND deleted = 0 ORDER BY key",
                 (namespace,),
-            )
+            ).fetchall(),
+            write=False,
+        )
         return [_entry(r) for r in rows]
 
     # -- leases -------------------------------------------------------------------------------
 
     async def acquire_lease(self, name: str, ttl_s: float) -> LeaseToken | None:
         check_ttl(ttl_s)
-        async with self._tx(write=True) as db:
-            now = time.time()
-            row = await _one(db, "SELECT expires_at FROM leases WHERE name = ?", (name,))
-            if row is not None and row["expires_at"] > now:
+
+        def job(db: sqlite3.Connection) -> LeaseToken | None:
+            now = time.time()  # under the write lock
+            row = _one(db, "SELECT expires_at FROM leases WHERE name = ?", (name,))
+            if row is not None and row[0] > now:
                 return None
             lease = LeaseToken(name=name, token=new_lease_token(), expires_at=now + ttl_s)
-            await db.execute(
+            db.execute(
                 "INSERT INTO leases (name, token, expires_at) VALUES (?, ?, ?)"
                 " ON CONFLICT (name) DO UPDATE SET token = excluded.token,"
                 " expires_at = excluded.expires_at",
                 (lease.name, lease.token, lease.expires_at),
             )
-        return lease
+            return lease
+
+        return await self._call(job, write=True)
 
     async def release_lease(self, lease: LeaseToken) -> bool:
-        async with self._tx(write=True) as db:
-            cursor = await db.execute(
-                "DELETE FROM leases WHERE name = ? AND token = ?", (lease.name, lease.token)
-            )
-            return cursor.rowcount > 0
+        name, token = lease.name, lease.token
+        return await self._call(
+            lambda db: db.execute(
+                "DELETE FROM leases WHERE name = ? AND token = ?", (name, token)
+            ).rowcount
+            > 0,
+            write=True,
+        )
 
     # -- sessions -----------------------------------------------------------------------------
 
     async def get_epoch(self, session_id: str) -> int:
-        async with self._tx(write=False) as db:
-            return await _epoch(db, session_id)
+        return await self._call(lambda db: _epoch(db, session_id), write=False)
 
     async def clear(self, session_id: str, types: Sequence[str] | None = None) -> int:
-        async with self._tx(write=True) as db:
+        def job(db: sqlite3.Connection) -> int:
             now = time.time()
-            await db.execute(
+            db.execute(
                 "INSERT INTO sessions (session_id, epoch, last_seq, updated_at) VALUES (?, 1, 0, ?)"
                 " ON CONFLICT (session_id) DO UPDATE SET epoch = epoch + 1,"
                 " updated_at = excluded.updated_at",
                 (session_id, now),
             )
-            epoch = await _epoch(db, session_id)
+            epoch = _epoch(db, session_id)
             if types is None or "history" in types:
-                await db.execute(
+                db.execute(
                     "UPDATE messages SET archived = 'cleared', archived_at = ?"
                     " WHERE session_id = ? AND archived IS NULL",
                     (now, session_id),
                 )
             if types is None:
-                rows = await db.execute_fetchall(
+                rows = db.execute(
                     "SELECT namespace FROM metadata WHERE key = ? ORDER BY namespace",
                     (session_id,),
-                )
-                namespaces = [r["namespace"] for r in rows]
+                ).fetchall()
+                namespaces = [namespace for (namespace,) in rows]
             else:
                 namespaces = [t for t in dict.fromkeys(types) if t != "history"]
             for namespace in namespaces:
-                await _write_metadata(db, namespace, session_id, None, now)
-        return epoch
+                _write_metadata(db, namespace, session_id, None, now)
+            return epoch
+
+        return await self._call(job, write=True)
 
     async def delete_messages(self, session_id: str, seqs: Sequence[int]) -> list[int]:
-        async with self._tx(write=True) as db:
-            wanted = sorted(set(seqs))
-            rows = await db.execute_fetchall(
+        wanted = sorted(set(seqs))
+
+        def job(db: sqlite3.Connection) -> list[int]:
+            rows = db.execute(
                 "SELECT seq FROM messages WHERE session_id = ? AND archived IS NOT 'deleted'"
                 f" AND seq IN ({','.join('?' * len(wanted))}) ORDER BY seq",
                 (session_id, *wanted),
-            ) if wanted else []
-            found = [r["seq"] for r in rows]
-            await _archive(db, session_id, found, "deleted", time.time())
-        return found
+            ).fetchall() if wanted else []
+            found = [seq for (seq,) in rows]
+            _archive(db, session_id, found, "deleted", time.time())
+            return found
+
+        return await self._call(job, write=True)
 
     async def forget(self, session_id: str) -> None:
-        async with self._tx(write=True) as db:
-            await db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
-            await db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
-            await db.execute("DELETE FROM metadata WHERE key = ?", (session_id,))
+        def job(db: sqlite3.Connection) -> None:
+            db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+            db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
+            db.execute("DELETE FROM metadata WHERE key = ?", (session_id,))
+
+        await self._call(job, write=True)
 
     async def list_sessions(self) -> list[SessionInfo]:
-        async with self._tx(write=False) as db:
-            rows = await db.execute_fetchall(
+        rows = await self._call(
+            lambda db: db.execute(
                 "SELECT s.session_id, s.epoch, s.last_seq, s.updated_at,"
                 " COUNT(m.seq) - COUNT(m.archived) AS active,"
                 " COUNT(m.archived) AS archived"
                 " FROM sessions s LEFT JOIN messages m ON m.session_id = s.session_id"
                 " GROUP BY s.session_id ORDER BY s.session_id"
-            )
+            ).fetchall(),
+            write=False,
+        )
         return [
             SessionInfo(
-                session_id=r["session_id"],
-                epoch=r["epoch"],
-                active=r["active"],
-                archived=r["archived"],
-                last_seq=r["last_seq"],
-                updated_at=to_datetime(r["updated_at"]),
+                session_id=session_id,
+                epoch=epoch,
+                active=active,
+                archived=archived,
+                last_seq=last_seq,
+                updated_at=to_datetime(updated_at),
             )
-            for r in rows
+            for session_id, epoch, last_seq, updated_at, active, archived in rows
         ]
 
     async def close(self) -> None:
-        """Close the connection; later calls raise ``RuntimeError``. Safe to call twice."""
-        async with self._lock:
+        """Close the connection once the calls already made have finished; later calls raise
+        ``RuntimeError``. Safe to call twice; cancelling it does not stop the closing."""
+        if not self._closed:
             self._closed = True
-            db, self._db = self._db, None
-            if db is not None:
-                await db.close()
+            executor, self._executor = self._executor, None
+            if executor is not None:
+                self._closing = executor.submit(self._close_connection)
+                executor.shutdown(wait=False)  # the worker ends after the jobs already queued
+        if self._closing is not None:
+            await asyncio.shield(asyncio.wrap_future(self._closing))
 
 
-# -- SQL helpers (inside a transaction) -------------------------------------------------------
+# -- SQL helpers (worker thread, inside a transaction) -----------------------------------------
 
 
-async def _one(
-    db: aiosqlite.Connection, sql: str, params: Iterable[Any] = ()
-) -> sqlite3.Row | None:
-    async with db.execute(sql, tuple(params)) as cursor:
-        return await cursor.fetchone()
+def _one(db: sqlite3.Connection, sql: str, params: Iterable[Any] = ()) -> _Row | None:
+    row: _Row | None = db.execute(sql, tuple(params)).fetchone()
+    return row
 
 
-async def _scalar(db: aiosqlite.Connection, sql: str, params: Iterable[Any] = ()) -> Any:
-    row = await _one(db, sql, params)
+def _scalar(db: sqlite3.Connection, sql: str, params: Iterable[Any] = ()) -> Any:
+    row = _one(db, sql, params)
     return None if row is None else row[0]
 
 
-async def _epoch(db: aiosqlite.Connection, session_id: str) -> int:
-    epoch = await _scalar(db, "SELECT epoch FROM sessions WHERE session_id = ?", (session_id,))
+def _epoch(db: sqlite3.Connection, session_id: str) -> int:
+    epoch = _scalar(db, "SELECT epoch FROM sessions WHERE session_id = ?", (session_id,))
     return 0 if epoch is None else int(epoch)
 
 
-async def _version(db: aiosqlite.Connection, namespace: str, key: str) -> int:
-    version = await _scalar(
+def _version(db: sqlite3.Connection, namespace: str, key: str) -> int:
+    version = _scalar(
         db, "SELECT version FROM metadata WHERE namespace = ? AND key = ?", (namespace, key)
     )
     return 0 if version is None else int(version)
 
 
-async def _metadata(db: aiosqlite.Connection, namespace: str, key: str) -> MetadataEntry | None:
-    row = await _one(
+def _metadata_row(db: sqlite3.Connection, namespace: str, key: str) -> _Row | None:
+    return _one(
         db,
-        "SELECT namespace, key, value, version, deleted, updated_at FROM metadata"
-        " WHERE namespace = ? AND key = ?",
+        f"SELECT {_METADATA_COLUMNS} FROM metadata WHERE namespace = ? AND key = ?",
         (namespace, key),
     )
-    return None if row is None else _entry(row)
 
 
-async def _write_metadata(
-    db: aiosqlite.Connection, namespace: str, key: str, value: str | None, now: float
+def _write_metadata(
+    db: sqlite3.Connection, namespace: str, key: str, value: str | None, now: float
 ) -> int:
     """Upsert the value (``None`` = tombstone), one version up; return the new version."""
-    await db.execute(
+    db.execute(
         "INSERT INTO metadata (namespace, key, value, version, deleted, updated_at)"
         " VALUES (?, ?, ?, 1, ?, ?)"
         " ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value,"
         " version = version + 1, deleted = excluded.deleted, updated_at = excluded.updated_at",
         (namespace, key, value, int(value is None), now),
     )
-    return await _version(db, namespace, key)
+    return _version(db, namespace, key)
 
 
-async def _archive(
-    db: aiosqlite.Connection,
+def _archive(
+    db: sqlite3.Connection,
     session_id: str,
     seqs: Sequence[int],
     reason: ArchiveReason,
@@ -504,21 +631,21 @@ async def _archive(
 ) -> None:
     if not seqs:
         return
-    await db.executemany(
+    db.executemany(
         "UPDATE messages SET archived = ?, archived_at = ? WHERE session_id = ? AND seq = ?",
         [(reason, now, session_id, seq) for seq in seqs],
     )
-    await db.execute("UPDATE sessions SET updated_at = ? WHERE session_id = ?", (now, session_id))
+    db.execute("UPDATE sessions SET updated_at = ? WHERE session_id = ?", (now, session_id))
 
 
-async def _messages(
-    db: aiosqlite.Connection,
+def _message_rows(
+    db: sqlite3.Connection,
     session_id: str,
     *,
     archived: bool,
     epoch: int | None = None,
     limit: int | None = None,
-) -> list[Message]:
+) -> list[_Row]:
     where = "session_id = ? AND archived IS " + ("NOT NULL" if archived else "NULL")
     params: list[Any] = [session_id]
     if epoch is not None:
@@ -532,29 +659,36 @@ async def _messages(
             " ORDER BY seq DESC LIMIT ?) ORDER BY seq"
         )
         params.append(limit)
-    rows = await db.execute_fetchall(sql, params)
+    return db.execute(sql, params).fetchall()
+
+
+# -- decoding (on the event loop, after the transaction) ----------------------------------------
+
+
+def _messages(rows: Iterable[_Row]) -> list[Message]:
     return [
         message_from_row(
-            role=r["role"],
-            kind=r["kind"],
-            body=r["body"],
-            seq=r["seq"],
-            epoch=r["epoch"],
-            tokens=r["tokens"],
-            archived=r["archived"],
+            role=role,
+            kind=kind,
+            body=body,
+            seq=seq,
+            epoch=epoch,
+            tokens=tokens,
+            archived=archived,
         )
-        for r in rows
+        for seq, epoch, role, kind, body, tokens, archived in rows
     ]
 
 
-def _entry(row: sqlite3.Row) -> MetadataEntry:
+def _entry(row: _Row) -> MetadataEntry:
+    namespace, key, value, version, deleted, updated_at = row
     return MetadataEntry(
-        namespace=row["namespace"],
-        key=row["key"],
-        value=None if row["value"] is None else json.loads(row["value"]),
-        version=row["version"],
-        deleted=bool(row["deleted"]),
-        updated_at=to_datetime(row["updated_at"]),
+        namespace=namespace,
+        key=key,
+        value=None if value is None else json.loads(value),
+        version=version,
+        deleted=bool(deleted),
+        updated_at=to_datetime(updated_at),
     )
 
 

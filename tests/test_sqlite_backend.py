@@ -1,0 +1,413 @@
+"""The SQLite backend's own design (``host_stub/memory/sqlite.py``), beyond the shared contract in
+``test_memory_contract.py``: one thread hop per call, every statement of a call in one
+transaction in the worker thread, cancellation that leaves a transaction whole or absent, closing
+while calls are in flight, and the trace callback the crash tests rely on.
+
+A thread hop is counted where it comes back: the worker hands its result to the event loop
+through ``loop.call_soon_threadsafe``, once per hop, whatever library runs the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import host_stub.memory.sqlite as sqlite_backend
+from host_stub.memory.sqlite import SQLiteMemory
+from host_stub.messages import Message
+
+SESSION = "s"
+
+
+def user(text: str) -> Message:
+    return Message(role="user", content=text)
+
+
+def counter(message: Message) -> int:
+    return 1
+
+
+@pytest.fixture
+async def memory(tmp_path: Path) -> AsyncIterator[SQLiteMemory]:
+    store = SQLiteMemory(tmp_path / "store.db", counter)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@contextlib.contextmanager
+def counting_hops() -> Iterator[list[int]]:
+    """Counts the running loop's ``call_soon_threadsafe`` calls: one per thread hop."""
+    loop = asyncio.get_running_loop()
+    count = [0]
+    original = loop.call_soon_threadsafe
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return original(*args, **kwargs)
+
+    loop.call_soon_threadsafe = counted  # type: ignore[method-assign, assignment]
+    try:
+        yield count
+    finally:
+        del loop.call_soon_threadsafe  # back to the class's method
+
+
+async def hops(call: Callable[[], Awaitable[Any]]) -> tuple[int, Any]:
+    with counting_hops() as count:
+        result = await call()
+    return count[0], result
+
+
+class Trace:
+    """A trace callback that records ``(sql, thread)`` and can hold the worker thread at the
+    first statement starting with ``hold`` until :meth:`release`."""
+
+    def __init__(self) -> None:
+        self.statements: list[tuple[str, threading.Thread]] = []
+        self.hold: str | None = None
+        self.held = threading.Event()
+        self._release = threading.Event()
+
+    def __call__(self, sql: str) -> None:
+        self.statements.append((sql, threading.current_thread()))
+        if self.hold is not None and sql.lstrip().upper().startswith(self.hold.upper()):
+            self.hold = None
+            self.held.set()
+            self._release.wait(30)
+
+    def arm(self, prefix: str) -> None:
+        self.held.clear()
+        self._release.clear()
+        self.hold = prefix
+
+    async def wait_held(self) -> None:
+        for _ in range(3000):
+            if self.held.is_set():
+                return
+            await asyncio.sleep(0.005)
+        raise AssertionError(f"the worker never reached {self.hold!r}")
+
+    def release(self) -> None:
+        self._release.set()
+
+    def sql(self) -> list[str]:
+        return [sql for sql, _ in self.statements]
+
+    def clear(self) -> None:
+        self.statements.clear()
+
+
+@pytest.fixture
+async def traced(memory: SQLiteMemory) -> AsyncIterator[tuple[SQLiteMemory, Trace]]:
+    trace = Trace()
+    await memory.set_trace_callback(trace)
+    try:
+        yield memory, trace
+    finally:
+        trace.release()  # never leave the worker held, whatever the test did
+
+
+def raw(path: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Rows read through a connection of its own (no backend code)."""
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as con:
+        return list(con.execute(sql, params))
+
+
+def stored(path: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """The session's messages ``(seq, archived)`` and summary rows ``(value, version)``."""
+    return (
+        raw(path, "SELECT seq, archived FROM messages WHERE session_id = ? ORDER BY seq", (SESSION,)),
+        raw(path, "SELECT value, version FROM metadata WHERE key = ?", (SESSION,)),
+    )
+
+
+# -- one hop per call ------------------------------------------------------------------------------
+
+
+async def test_every_call_is_one_thread_hop(memory: SQLiteMemory) -> None:
+    # The first call opens the file and creates the schema in the same hop.
+    assert (await hops(lambda: memory.get_epoch("warm-up")))[0] == 1
+
+    n, out = await hops(lambda: memory.append(SESSION, [user(f"m{i}") for i in range(100)]))
+    assert n == 1 and [m.seq for m in out] == list(range(1, 101))
+    n, snap = await hops(lambda: memory.snapshot(SESSION))
+    assert n == 1 and len(snap.messages) == 100 and snap.record is None
+    n, won = await hops(lambda: memory.commit_compression(SESSION, {"text": "S"}, 0, 40, epoch=0))
+    assert n == 1 and won is True
+    n, won = await hops(lambda: memory.commit_compression(SESSION, {"text": "S"}, 0, 50, epoch=0))
+    assert n == 1 and won is False  # a lost compare-and-set is one hop too
+    n, snap = await hops(lambda: memory.snapshot(SESSION))
+    assert n == 1 and snap.first_seq == 41 and snap.record is not None
+    n, lease = await hops(lambda: memory.acquire_lease("compress:s", 5.0))
+    assert n == 1 and lease is not None
+    n, refused = await hops(lambda: memory.acquire_lease("compress:s", 5.0))
+    assert n == 1 and refused is None
+    n, released = await hops(lambda: memory.release_lease(lease))
+    assert n == 1 and released is True
+
+    others: list[Callable[[], Awaitable[Any]]] = [
+        lambda: memory.get_history(SESSION, limit=5),
+        lambda: memory.get_archived(SESSION, epoch=0),
+        lambda: memory.trim_history(SESSION, keep_recent=10),
+        lambda: memory.save_metadata("ns", SESSION, {"v": 1}),
+        lambda: memory.save_metadata("ns", SESSION, {"v": 2}, expected_version=1),
+        lambda: memory.get_metadata("ns", SESSION),
+        lambda: memory.list_metadata("ns"),
+        lambda: memory.delete_metadata("ns", SESSION, expected_version=2),
+        lambda: memory.delete_messages(SESSION, [95, 96]),
+        lambda: memory.list_sessions(),
+        lambda: memory.clear(SESSION),
+        lambda: memory.forget("warm-up"),
+    ]
+    for call in others:
+        assert (await hops(call))[0] == 1
+
+
+async def test_a_call_runs_its_statements_in_one_transaction_in_the_worker_thread(
+    traced: tuple[SQLiteMemory, Trace],
+) -> None:
+    memory, trace = traced
+    await memory.append(SESSION, [user(f"m{i}") for i in range(6)])
+
+    for call, begin in [
+        (lambda: memory.snapshot(SESSION), "BEGIN"),
+        (lambda: memory.commit_compression(SESSION, {"text": "S"}, 0, 3, epoch=0), "BEGIN IMMEDIATE"),
+        (lambda: memory.append(SESSION, [user("a"), user("b")]), "BEGIN IMMEDIATE"),
+        (lambda: memory.acquire_lease("L", 5.0), "BEGIN IMMEDIATE"),
+    ]:
+        trace.clear()
+        await call()
+        sql = trace.sql()
+        assert sql[0] == begin and sql[-1] == "COMMIT", sql
+        assert len(sql) >= 4  # several statements, one hop
+        assert not any(s in ("BEGIN", "BEGIN IMMEDIATE", "COMMIT") for s in sql[1:-1]), sql
+        threads = {thread for _, thread in trace.statements}
+        assert len(threads) == 1 and threading.current_thread() not in threads
+
+    # Statement order the crash points of tests/procs.py rely on.
+    trace.clear()
+    await memory.commit_compression(SESSION, {"text": "T"}, 1, 5, epoch=0)
+    sql = trace.sql()
+    metadata = next(i for i, s in enumerate(sql) if s.startswith("INSERT INTO metadata"))
+    archive = next(i for i, s in enumerate(sql) if s.startswith("UPDATE messages SET archived"))
+    assert "'summary'" in sql[metadata] and metadata < archive
+    trace.clear()
+    await memory.append(SESSION, [Message(role="assistant", content="[m]", kind="event-marker")])
+    sql = trace.sql()
+    insert = next(i for i, s in enumerate(sql) if s.startswith("INSERT INTO messages"))
+    update = next(i for i, s in enumerate(sql) if s.startswith("UPDATE sessions SET last_seq"))
+    assert "'event-marker'" in sql[insert] and insert < update
+
+
+async def test_removing_the_trace_callback(traced: tuple[SQLiteMemory, Trace]) -> None:
+    memory, trace = traced
+    await memory.get_epoch(SESSION)
+    assert trace.statements
+    await memory.set_trace_callback(None)
+    trace.clear()
+    await memory.get_epoch(SESSION)
+    assert trace.statements == []
+
+
+# -- cancellation ----------------------------------------------------------------------------------
+
+
+async def test_cancelled_while_running_commit_compression_commits_whole(
+    traced: tuple[SQLiteMemory, Trace],
+) -> None:
+    memory, trace = traced
+    await memory.append(SESSION, [user(f"m{i}") for i in range(6)])
+    before = stored(memory.path)
+
+    # Hold the worker inside the transaction: the summary is written, the archive is not yet.
+    trace.arm("UPDATE messages SET archived")
+    task = asyncio.create_task(
+        memory.commit_compression(SESSION, {"text": "S"}, 0, 4, epoch=0)
+    )
+    await trace.wait_held()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert stored(memory.path) == before  # other connections see nothing of it yet
+    later = asyncio.create_task(memory.get_history(SESSION))  # queued behind the held job
+    await asyncio.sleep(0.05)
+    assert not later.done()
+
+    trace.release()
+    # The job went on by itself and committed everything; the next call ran after it.
+    assert [m.seq for m in await later] == [5, 6]
+    messages, records = stored(memory.path)
+    assert messages == [(1, "summarized"), (2, "summarized"), (3, "summarized"),
+                        (4, "summarized"), (5, None), (6, None)]
+    assert records == [('{"text":"S"}', 1)]
+    # And the backend is usable.
+    assert await memory.commit_compression(SESSION, {"text": "T"}, 1, 6, epoch=0) is True
+    assert await memory.get_history(SESSION) == []
+
+
+async def test_cancelled_while_queued_commit_compression_never_runs(
+    traced: tuple[SQLiteMemory, Trace],
+) -> None:
+    memory, trace = traced
+    await memory.append(SESSION, [user(f"m{i}") for i in range(6)])
+    before = stored(memory.path)
+
+    trace.arm("SELECT epoch FROM sessions")  # an earlier call holds the worker
+    blocker = asyncio.create_task(memory.get_epoch(SESSION))
+    await trace.wait_held()
+    task = asyncio.create_task(
+        memory.commit_compression(SESSION, {"text": "S"}, 0, 4, epoch=0)
+    )
+    await asyncio.sleep(0.01)  # submitted, waiting behind the blocker
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    trace.release()
+    assert await blocker == 0
+
+    assert stored(memory.path) == before
+    assert not any("INSERT INTO metadata" in s for s in trace.sql())
+    snap = await memory.snapshot(SESSION)
+    assert snap.record is None and len(snap.messages) == 6
+    assert await memory.commit_compression(SESSION, {"text": "S"}, 0, 4, epoch=0) is True
+
+
+@pytest.mark.parametrize("delay", [None, 0.0, 0.0002, 0.0005, 0.001, 0.002, 0.005])
+async def test_cancelling_commit_compression_at_any_moment_is_all_or_nothing(
+    memory: SQLiteMemory, delay: float | None
+) -> None:
+    for round_ in range(8):
+        session = f"{SESSION}{round_}"
+        await memory.append(session, [user(f"m{i}") for i in range(10)])
+        task = asyncio.create_task(
+            memory.commit_compression(session, {"text": "S"}, 0, 7, epoch=0)
+        )
+        if delay is not None:
+            await asyncio.sleep(delay)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        snap = await memory.snapshot(session)
+        if snap.record is None:
+            assert [m.seq for m in snap.messages] == list(range(1, 11))
+            assert await memory.get_archived(session) == []
+        else:
+            assert (snap.record.value, snap.record.version) == ({"text": "S"}, 1)
+            assert [m.seq for m in snap.messages] == [8, 9, 10]
+            assert len(await memory.get_archived(session)) == 7
+
+
+async def test_an_error_inside_the_transaction_rolls_it_back(
+    memory: SQLiteMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await memory.append(SESSION, [user(f"m{i}") for i in range(6)])
+    before = stored(memory.path)
+
+    def broken(*args: Any) -> None:  # after the summary record was written
+        raise sqlite3.OperationalError("disk I/O error (simulated)")
+
+    monkeypatch.setattr(sqlite_backend, "_archive", broken)
+    with pytest.raises(sqlite3.OperationalError, match="simulated"):
+        await memory.commit_compression(SESSION, {"text": "S"}, 0, 4, epoch=0)
+    assert stored(memory.path) == before
+    monkeypatch.undo()
+
+    assert await memory.commit_compression(SESSION, {"text": "S"}, 0, 4, epoch=0) is True
+    assert [m.seq for m in await memory.get_history(SESSION)] == [5, 6]
+
+
+# -- opening and closing ---------------------------------------------------------------------------
+
+
+async def test_nothing_is_opened_before_the_first_call(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "lazy.db"
+    store = SQLiteMemory(path, counter)
+    assert not path.exists()
+    await store.close()
+    await store.close()
+    assert not path.exists()
+    calls: list[Callable[[], Awaitable[Any]]] = [
+        lambda: store.get_epoch(SESSION),
+        lambda: store.set_trace_callback(None),
+    ]
+    for call in calls:
+        with pytest.raises(RuntimeError, match="closed"):
+            await call()
+
+
+async def test_private_memory_database(tmp_path: Path) -> None:
+    one, two = SQLiteMemory(":memory:", counter), SQLiteMemory(":memory:", counter)
+    try:
+        await one.append(SESSION, [user("only in one")])
+        assert [m.content for m in (await one.snapshot(SESSION)).messages] == ["only in one"]
+        assert await two.get_history(SESSION) == []
+    finally:
+        await one.close()
+        await two.close()
+    assert not list(tmp_path.iterdir())
+
+
+async def test_close_lets_calls_already_made_finish(tmp_path: Path) -> None:
+    path = str(tmp_path / "store.db")
+    store = SQLiteMemory(path, counter)
+    trace = Trace()
+    await store.set_trace_callback(trace)
+    await store.get_epoch("warm-up")
+    worker = trace.statements[0][1]
+    assert worker is not threading.current_thread() and worker.is_alive()
+
+    tasks = [asyncio.create_task(store.append(SESSION, [user(f"m{i}")])) for i in range(5)]
+    await asyncio.sleep(0)  # every append is submitted
+    await store.close()
+    assert sorted(m.seq or 0 for t in tasks for m in t.result()) == [1, 2, 3, 4, 5]
+    assert stored(path)[0] == [(i, None) for i in range(1, 6)]
+    with pytest.raises(RuntimeError, match="closed"):
+        await store.append(SESSION, [user("late")])
+    with pytest.raises(RuntimeError, match="closed"):
+        await store.snapshot(SESSION)
+    await store.close()
+    worker.join(10)
+    assert not worker.is_alive()
+
+
+async def test_close_waits_for_a_running_transaction_even_when_cancelled(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "store.db")
+    store = SQLiteMemory(path, counter)
+    trace = Trace()
+    await store.set_trace_callback(trace)
+    try:
+        await store.append(SESSION, [user(f"m{i}") for i in range(4)])
+        worker = trace.statements[0][1]
+        trace.arm("UPDATE messages SET archived")
+        commit = asyncio.create_task(
+            store.commit_compression(SESSION, {"text": "S"}, 0, 2, epoch=0)
+        )
+        await trace.wait_held()
+        closing = asyncio.create_task(store.close())
+        await asyncio.sleep(0.05)
+        assert not closing.done()  # the transaction is still running
+        with pytest.raises(RuntimeError, match="closed"):
+            await store.get_epoch(SESSION)  # closed already for new calls
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+    finally:
+        trace.release()
+    assert await commit is True
+    await store.close()  # waits for the closing the cancelled call started
+    worker.join(10)
+    assert not worker.is_alive()
+    messages, records = stored(path)
+    assert messages == [(1, "summarized"), (2, "summarized"), (3, None), (4, None)]
+    assert records == [('{"text":"S"}', 1)]

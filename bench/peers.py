@@ -246,11 +246,12 @@ def run_langchain(
     state: list[Any] = []
     for batch, _ in step_batches(conversation):
         state.extend(adapter.to_lc(m) for m in batch if m["role"] != "system")
-        start = time.perf_counter()
+        calls, start = log.calls, time.perf_counter()
         update = middleware.before_model({"messages": state}, None)
         if update:
             state = list(update["messages"][1:])  # [RemoveMessage(ALL), summary, *kept]
         run.step_times.append(time.perf_counter() - start)
+        run.blocked_steps += log.calls > calls
         summary_ids = {
             str(m.id) for m in state if m.additional_kwargs.get("lc_source") == "summarization"
         }
@@ -269,7 +270,7 @@ def run_langmem(lc: dict[str, Any], conversation: Conversation, counter: TokenCo
     run = SystemRun("LangMem summarize_messages")
     for batch, _ in step_batches(conversation):
         messages.extend(adapter.to_lc(m) for m in batch if m["role"] != "system")
-        start = time.perf_counter()
+        calls, start = log.calls, time.perf_counter()
         result = lc["summarize_messages"](
             messages,
             running_summary=running,
@@ -280,6 +281,7 @@ def run_langmem(lc: dict[str, Any], conversation: Conversation, counter: TokenCo
         )
         running = result.running_summary
         run.step_times.append(time.perf_counter() - start)
+        run.blocked_steps += log.calls > calls
         sent = result.messages
         summary_ids = {
             str(m.id)
@@ -342,12 +344,13 @@ PLUGIN_ENTRY_POINTS = (
 
 
 @contextlib.contextmanager
-def time_plugin_code(steps: list[float]) -> Iterator[None]:
+def time_plugin_code(steps: list[float], blocking: list[int]) -> Iterator[None]:
     """While active, the time spent inside the plugin's own receivers and hooks (outermost call
     only: a receiver that sends a signal the plugin also receives is counted once) is added to
     ``steps[-1]``: the analogue of timing a peer's middleware call, without the host's own
     signal and hook dispatch. Patched on the class before the host starts, so the host registers
-    the timed methods."""
+    the timed methods. ``blocking[-1]`` counts the step's blocking (hard) compression requests:
+    the step waits for a compression, as a peer's step waits for its inline summarizer call."""
     from plugin_memory_summary.plugin import MemorySummaryPlugin
 
     depth = [0]
@@ -386,9 +389,18 @@ def time_plugin_code(steps: list[float]) -> Iterator[None]:
         return sync_wrapper
 
     originals = {name: getattr(MemorySummaryPlugin, name) for name in PLUGIN_ENTRY_POINTS}
+    originals["request"] = request = MemorySummaryPlugin.request
+
+    @functools.wraps(request)
+    async def counted_request(self: Any, session_id: str, reason: str, **kwargs: Any) -> Any:
+        if reason == "hard" and blocking:
+            blocking[-1] += 1
+        return await request(self, session_id, reason, **kwargs)
+
     try:
-        for name, fn in originals.items():
-            setattr(MemorySummaryPlugin, name, timed(fn))
+        for name in PLUGIN_ENTRY_POINTS:
+            setattr(MemorySummaryPlugin, name, timed(originals[name]))
+        MemorySummaryPlugin.request = counted_request  # type: ignore[method-assign]
         yield
     finally:
         for name, fn in originals.items():
@@ -396,17 +408,31 @@ def time_plugin_code(steps: list[float]) -> Iterator[None]:
 
 
 async def run_ours(
-    conversation: Conversation, config: dict[str, Any], counter: TokenCounter, label: str
+    conversation: Conversation,
+    config: dict[str, Any],
+    counter: TokenCounter,
+    label: str,
+    *,
+    model_latency_s: float = 0.0,
 ) -> SystemRun:
+    """``model_latency_s``: how long each recorded model call takes (an ``asyncio.sleep`` once
+    the prompt is ready; not part of the step time). With 0 the next step starts at once, so
+    background compressions compete with it for the event loop; a real call gives them its
+    duration."""
     llm = BenchLLM(counter=counter)
     own: list[float] = []
-    with time_plugin_code(own):
+    blocking: list[int] = []
+    with time_plugin_code(own, blocking):
         rig = await make_rig(llm, config)
         times = instrument(rig.host)
 
         async def new_step(*args: Any, **kwargs: Any) -> Any:
             own.append(0.0)
-            return await prepare(*args, **kwargs)
+            blocking.append(0)
+            prompt = await prepare(*args, **kwargs)
+            if model_latency_s:
+                await asyncio.sleep(model_latency_s)  # the model call
+            return prompt
 
         prepare = rig.host._prepare_call
         rig.host._prepare_call = new_step
@@ -417,6 +443,7 @@ async def run_ours(
             await rig.close()
     run.name = label
     run.step_times = own
+    run.blocked_steps = sum(1 for n in blocking if n)
     run.extra["host_path_times"] = times
     run.summarizer_calls, run.summarizer_input_tokens = (
         llm.summarizer.calls,
@@ -440,6 +467,7 @@ def aggregate(runs: list[SystemRun], conv_tokens: int) -> dict[str, Any]:
         "p50_us": us(percentile(times, 50)),
         "p99_us": us(percentile(times, 99)),
         "mean_us": us(mean(times)),
+        "blocked": sum(r.blocked_steps for r in runs),
         "host_p50_us": us(percentile(host, 50)) if host else None,
         "host_p99_us": us(percentile(host, 99)) if host else None,
         "violations": sum(s.violations for s in steps),
@@ -459,6 +487,7 @@ COLUMNS = [
     "per-step p50 (us)",
     "per-step mean (us)",
     "per-step p99 (us)",
+    "steps waiting on a compression",
     "host path p50 / p99 (us)",
     "tool-pair violations",
 ]
@@ -466,6 +495,13 @@ COLUMNS = [
 
 async def main() -> None:
     p = parser(__doc__.splitlines()[0])
+    p.add_argument(
+        "--model-latency-ms",
+        type=float,
+        default=20.0,
+        help="duration of each recorded model call in our host (default 20; real calls take "
+        "0.3-30 s); a row with instant calls is always added",
+    )
     args = p.parse_args()
     lc = import_peers()
     locomo_path = require_data(args.data, "locomo/locomo_dev.json")
@@ -484,15 +520,23 @@ async def main() -> None:
             "LoCoMo": [Conversation(c.name, c.messages[:160]) for c in datasets["LoCoMo"][:1]],
             "tau-bench": datasets["tau-bench"][:5],
         }
-    ours = {f"ours: {RECOMMENDED}": SETTINGS[RECOMMENDED], f"ours: {DEFAULT}": SETTINGS[DEFAULT]}
+    latency = args.model_latency_ms / 1000
+    ours: dict[str, tuple[dict[str, Any], float]] = {
+        f"ours: {RECOMMENDED}": (SETTINGS[RECOMMENDED], latency),
+        f"ours: {DEFAULT}": (SETTINGS[DEFAULT], latency),
+        f"ours: {RECOMMENDED}, instant model calls": (SETTINGS[RECOMMENDED], 0.0),
+    }
     table = Table(f"Side by side at a {BUDGET}-token budget", COLUMNS)
     results: dict[str, dict[str, dict[str, Any]]] = {}
     for name, conversations in datasets.items():
         conv_tokens = sum(conversation_tokens(c, counter) for c in conversations)
         runs: dict[str, list[SystemRun]] = {}
-        for label, config in ours.items():
+        for label, (config, wait) in ours.items():
             progress(f"{name}: {label}")
-            runs[label] = [await run_ours(c, config, counter, label) for c in conversations]
+            runs[label] = [
+                await run_ours(c, config, counter, label, model_latency_s=wait)
+                for c in conversations
+            ]
         progress(f"{name}: LangChain")
         runs[f"LangChain SummarizationMiddleware (keep {KEEP_MESSAGES} msgs)"] = [
             run_langchain(lc, c, counter) for c in conversations
@@ -518,6 +562,7 @@ async def main() -> None:
                 a["p50_us"],
                 a["mean_us"],
                 a["p99_us"],
+                a["blocked"],
                 "-"
                 if a["host_p50_us"] is None
                 else f"{fmt(a['host_p50_us'])} / {fmt(a['host_p99_us'])}",
@@ -539,6 +584,7 @@ async def main() -> None:
             "-",
             "-",
             "-",
+            "-",
             sum(x.violations for x in steps),
         )
 
@@ -553,6 +599,7 @@ async def main() -> None:
             "per-step p50",
             "per-step mean",
             "per-step p99",
+            "steps waiting",
             "summarizer input",
             "verbatim msgs",
             "peer better on every column",
@@ -570,6 +617,7 @@ async def main() -> None:
                 "p50": o["p50_us"] <= a["p50_us"],
                 "mean": o["mean_us"] <= a["mean_us"],
                 "p99": o["p99_us"] <= a["p99_us"],
+                "waiting": o["blocked"] <= a["blocked"],
                 "input": o["input_ratio"] <= a["input_ratio"],
                 "verbatim": o["verbatim"] >= a["verbatim"],
             }
@@ -579,6 +627,7 @@ async def main() -> None:
                 and a["p50_us"] <= o["p50_us"]
                 and a["mean_us"] <= o["mean_us"]
                 and a["p99_us"] <= o["p99_us"]
+                and a["blocked"] <= o["blocked"]
                 and a["input_ratio"] <= o["input_ratio"]
                 and a["verbatim"] >= o["verbatim"]
                 and a["mean"] <= o["mean"]
@@ -603,6 +652,16 @@ async def main() -> None:
         "the event loop, so their work between awaits is counted where a timed call waits). "
         "'Host path' adds the host's signal and hook dispatch around them (the host sends these "
         "signals with or without the plugin).",
+        f"Model calls: in our host each recorded model call lasts {args.model_latency_ms:g} ms "
+        "(a floor: real calls take 0.3-30 s), which is when our background compressions run; "
+        "the row 'instant model calls' has none, so a background run started on one step is "
+        "often still running on the next, and a blocking compression must wait for it. The "
+        "peers run synchronously, so the latency would not change their step times.",
+        "Steps waiting on a compression: a peer's steps with an inline summarizer call; ours, "
+        "steps whose before_model_call made a blocking (hard) compression request (it waited "
+        "for a run, its own or one it joined). With a real summarizer each such step waits for "
+        "a model call (seconds); the others do not.",
+        "The verdict compares the recommended setting (first row of ours) with each peer.",
     ]
     write_results(
         "peers",
@@ -610,7 +669,12 @@ async def main() -> None:
         [table, verdict],
         out=out,
         versions_used=v,
-        settings={"budget": BUDGET, "keep_messages": KEEP_MESSAGES, "quick": args.quick},
+        settings={
+            "budget": BUDGET,
+            "keep_messages": KEEP_MESSAGES,
+            "model_latency_ms": args.model_latency_ms,
+            "quick": args.quick,
+        },
         runtime_s=time.perf_counter() - started,
         notes=notes,
         extra=results,

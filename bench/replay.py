@@ -40,6 +40,8 @@ class SystemRun:
     summarizer_input_tokens: int = 0
     #: Per-step time the memory component added (seconds), where measured.
     step_times: list[float] = field(default_factory=list)
+    #: Steps that waited for a compression (a summarizer call inline, or a blocking request).
+    blocked_steps: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -235,3 +235,31 @@ def test_readme_names_no_local_paths() -> None:
 
 def test_hookspec_module_is_the_documented_contract() -> None:
     assert hookspecs.ENTRY_POINT_GROUP in readme()
+
+
+def benchmark_rows() -> list[tuple[str, str, str]]:
+    """(what, command, result) of the README's benchmark table."""
+    section = readme().split("\n## Benchmarks\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]
+    cells = [[c.strip() for c in row.strip().strip("|").split(" | ")] for row in rows]
+    return [(c[0], c[1], c[2]) for c in cells]
+
+
+def test_every_benchmark_figure_in_the_readme_is_in_the_results_file_of_its_script() -> None:
+    rows = benchmark_rows()
+    assert len(rows) >= 6
+    script = ""
+    for what, command, result in rows:
+        found = re.search(r"bench/(\w+)\.py", command)
+        if found:
+            script = found.group(1)
+        assert script, f"README benchmark row {what!r} names no script"
+        # Thousands separators differ between tables ("1186", "1,186"): compare without them.
+        text = (ROOT / "bench" / "results" / f"{script}.md").read_text(encoding="utf-8")
+        text = re.sub(r"(?<=\d),(?=\d{3})", "", text)
+        figures = re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?!\d)", result.replace(",", ""))
+        assert figures, what
+        for figure in figures:
+            assert re.search(rf"(?<![\d.]){re.escape(figure)}(?!\d|\.\d)", text), (
+                f"README benchmark row {what!r}: {figure} is not in bench/results/{script}.md"
+            )

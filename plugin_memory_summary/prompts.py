@@ -61,6 +61,8 @@ def detect_language(texts: Iterable[str]) -> Literal["zh", "en"]:
         if size >= _SAMPLE_CHARS:
             break
     sample = "".join(reversed(tail))
+    if sample.isascii():  # no Han character possible: skip the two Unicode-class scans
+        return "en"
     letters = len(_LETTER().findall(sample))
     if letters == 0:
         return "en"

@@ -7,6 +7,7 @@ import contextlib
 import itertools
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,9 @@ __all__ = ["PLUGIN_NAME", "MemoryContext", "MemorySummaryPlugin"]
 
 PLUGIN_NAME = "memory-summary"
 log = logging.getLogger("plugin_memory_summary")
+
+#: Sessions whose per-turn state one plugin instance keeps (least recently used forgotten first).
+MAX_TRACKED_SESSIONS = 10_000
 
 #: The ``skipped`` reason when another run holds the session's compression lease.
 LEASE_BUSY = "another run (in this or another process) holds the session's lease"
@@ -101,7 +105,7 @@ class MemorySummaryPlugin:
         self.llm: LLMService | None = None
         self.archive: MessageArchiveService | None = None
         self.redactor = Redactor()
-        self._state: dict[str, SessionState] = {}
+        self._state: OrderedDict[str, SessionState] = OrderedDict()
         self._running: dict[str, asyncio.Task[dict[str, Any]]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._semaphore: asyncio.Semaphore | None = None
@@ -142,7 +146,7 @@ class MemorySummaryPlugin:
 
     @hookimpl
     def agent_prompt(self, view: PromptView) -> Contribution | None:
-        state = self._state.setdefault(view.session_id, SessionState())
+        state = self._session(view.session_id)
         state.context_window = view.context_window
         if self.config.strategy != "summary" or view.summary is None:
             return None
@@ -160,7 +164,7 @@ class MemorySummaryPlugin:
     async def before_model_call(self, view: PromptView) -> None:
         if self.config.strategy == "off":
             return
-        state = self._state.setdefault(view.session_id, SessionState())
+        state = self._session(view.session_id)
         state.context_window = view.context_window
         state.breakdown = dict(view.breakdown)
         if not hard_triggered(
@@ -241,7 +245,7 @@ class MemorySummaryPlugin:
         if self.config.strategy == "off":
             return
         session_id: str = payload["session_id"]
-        state = self._state.setdefault(session_id, SessionState())
+        state = self._session(session_id)
         if not state.synced:
             if not state.syncing:
                 state.syncing = True
@@ -292,7 +296,7 @@ class MemorySummaryPlugin:
         if self.config.strategy == "off":
             return
         session_id = payload["session_id"]
-        state = self._state.setdefault(session_id, SessionState())
+        state = self._session(session_id)
         state.context_window = payload["context_window"]
         state.breakdown = payload["breakdown"].model_dump()
         if not soft_triggered(
@@ -373,6 +377,19 @@ class MemorySummaryPlugin:
                 return
 
     # -- requests ------------------------------------------------------------------------------
+    def _session(self, session_id: str) -> SessionState:
+        """The session's per-turn state, most recently used last; past ``MAX_TRACKED_SESSIONS``
+        the least recently used is forgotten (it is a hint: that session's next turn reads its
+        numbers from the store again, as on its first turn in this process)."""
+        state = self._state.get(session_id)
+        if state is None:
+            state = self._state[session_id] = SessionState()
+            while len(self._state) > MAX_TRACKED_SESSIONS:
+                self._state.popitem(last=False)
+        else:
+            self._state.move_to_end(session_id)
+        return state
+
     def _request_id(self, session_id: str) -> str:
         return f"{PLUGIN_NAME}:{session_id}:{next(self._ids)}"
 
@@ -597,7 +614,7 @@ class MemorySummaryPlugin:
         )
 
     def _refresh_state(self, snap: Snapshot) -> SessionState:
-        state = self._state.setdefault(snap.session_id, SessionState())
+        state = self._session(snap.session_id)
         conv = conversation_messages(snap.messages)
         record = read_record(snap.record, snap.epoch)
         state.active = len(conv)
@@ -851,7 +868,7 @@ class MemorySummaryPlugin:
         pay for one more read of the whole history."""
         stats["tokens_after"] = tokens_after
         stats["duration_s"] = round(time.monotonic() - started, 4)
-        state = self._state.setdefault(session_id, SessionState())
+        state = self._session(session_id)
         state.synced = state.syncing = False
         return {"status": status, "reason": why, "stats": stats}
 

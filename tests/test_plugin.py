@@ -17,6 +17,7 @@ from host_stub.hookspecs import hookimpl
 from host_stub.messages import Message, ToolCall, ToolCallFunction
 from host_stub.services import Completion
 from plugin_memory_summary import MemorySummaryConfig
+from plugin_memory_summary import plugin as plugin_module
 from plugin_memory_summary.hygiene import SUMMARY_CLOSE, SUMMARY_OPEN
 
 
@@ -941,5 +942,27 @@ async def test_a_blocked_watermark_replans_when_the_history_changes() -> None:
         assert any(
             s["status"] == "done" and s["stats"].get("trigger") == "hard" for s in h.finals()
         )
+    finally:
+        await h.host.stop()
+
+
+async def test_per_session_state_is_bounded_and_an_evicted_session_reads_its_numbers_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(plugin_module, "MAX_TRACKED_SESSIONS", 3)
+    h = await make_harness({"threshold": 8, "keep_recent": 2, "debounce_turns": 1})
+    try:
+        for i in range(3):  # session "a": 6 active messages, below the threshold
+            await h.turns("a", 1, start=i)
+        for name in "bcde":  # four other sessions push "a" out of the plugin's memory
+            await h.turns(name, 1)
+        await drain(h)
+        assert len(h.plugin._state) == 3 and "a" not in h.plugin._state
+        # Its next turn relearns the count from the store: the 8th message still compresses.
+        await h.turns("a", 1, start=3)
+        await drain(h)
+        done = [s for s in h.finals() if s["status"] == "done" and s["session_id"] == "a"]
+        assert done and done[0]["stats"]["trigger"] == "turn"
+        assert len(h.plugin._state) == 3
     finally:
         await h.host.stop()

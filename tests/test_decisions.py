@@ -11,6 +11,7 @@ from plugin_memory_summary.decisions import (
     cut_point,
     gain_estimate,
     hard_triggered,
+    plan_compression,
     plan_watermark,
     soft_triggered,
     split_batches,
@@ -226,3 +227,59 @@ def test_watermark_plan_aims_below_the_mark_or_reports_it_cannot() -> None:
         )
         == 0.0
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    messages_strategy,
+    st.sampled_from(["turn", "auto", "hard", "manual"]),
+    st.integers(1, 12),
+    st.one_of(st.none(), st.integers(1, 60)),
+    st.integers(40, 400),
+    st.integers(1, 3),
+    st.integers(0, 60),
+)
+def test_a_compression_plan_archives_whole_groups_oldest_first_and_never_the_newest(
+    kinds: list[str],
+    reason: str,
+    keep: int,
+    keep_tokens: int | None,
+    window: int,
+    max_batches: int,
+    summary_now: int,
+) -> None:
+    msgs = build(kinds)
+    conv = conversation_messages(msgs)
+    plan = plan_compression(
+        msgs,
+        reason=reason,
+        threshold=4,
+        keep_recent=keep,
+        keep_recent_tokens=keep_tokens,
+        context_window=window,
+        mark={"auto": 0.7, "hard": 0.9}.get(reason),
+        min_gain=0.1,
+        breakdown={"system": 5, "summary": summary_now},
+        summary_budget_tokens=20,
+        batch_tokens=25,
+        max_batches=max_batches,
+    )
+    if plan.skip is not None:
+        assert plan.cut is None and plan.batches == []
+        assert plan.blocked is None or plan.skip == f"blocked: {plan.blocked}"
+        return
+    assert plan.cut is not None and plan.batches
+    archived = [m for b in plan.batches for m in b]
+    # Oldest first, a prefix of what the cut covers, at most max_batches, never the newest.
+    assert archived == plan.cut.messages[: len(archived)] == conv[: len(archived)]
+    assert len(plan.batches) <= max_batches and conv[-1] not in archived
+    assert plan.archived_tokens == sum(m.tokens or 0 for m in archived)
+    # A batch boundary (and the end of what is archived) never falls inside a tool group.
+    covered = {m.seq for m in archived}
+    for start, end, _ in tool_groups(conv):
+        inside = [m.seq in covered for m in conv[start:end]]
+        assert all(inside) or not any(inside)
+        for b in plan.batches:
+            ids = {m.seq for m in b}
+            part = [m.seq in ids for m in conv[start:end]]
+            assert all(part) or not any(part)

@@ -296,14 +296,12 @@ def run_langmem(lc: dict[str, Any], conversation: Conversation, counter: TokenCo
 # -- ours ------------------------------------------------------------------------------------------
 
 
-def instrument(host: Any) -> list[float]:
-    """Per model call, the time spent in the plugin's receivers and hooks on the turn path: a
-    step starts with ``Host._prepare_call``; the contributions, ``token:usage`` sends and
-    ``before_model_call`` inside it (a rebuild included) and the turn's ``agent:turn:after``
-    send are added to it."""
-    steps: list[float] = []
+def instrument(host: Any, steps: list[float]) -> None:
+    """The host path: the host's contributions, ``token:usage`` sends and ``before_model_call``
+    (a rebuild included) and the turn's ``agent:turn:after`` send, dispatch included, are added
+    to ``steps[-1]`` (the caller starts a step at each ``Host._prepare_call``)."""
     names = (signals.TOKEN_USAGE, signals.AGENT_TURN_AFTER)
-    prepare, send = host._prepare_call, host.bus.send
+    send = host.bus.send
     collect, before = host._collect_contributions, host._before_model_call
 
     def timed(fn: Any) -> Any:
@@ -322,15 +320,9 @@ def instrument(host: Any) -> list[float]:
             return await timed(send)(name, **payload)
         return await send(name, **payload)
 
-    async def new_step(*args: Any, **kwargs: Any) -> Any:
-        steps.append(0.0)
-        return await prepare(*args, **kwargs)
-
-    host._prepare_call = new_step
     host.bus.send = timed_send
     host._collect_contributions = timed(collect)
     host._before_model_call = timed(before)
-    return steps
 
 
 #: The plugin's own entry points on the turn path: its signal receivers and its hooks.
@@ -420,14 +412,16 @@ async def run_ours(
     background compressions compete with it for the event loop; a real call gives them its
     duration."""
     llm = BenchLLM(counter=counter)
-    own: list[float] = []
+    own: list[float] = []  # the plugin's own code, per step
+    times: list[float] = []  # the same with the host's dispatch around it
     blocking: list[int] = []
     with time_plugin_code(own, blocking):
         rig = await make_rig(llm, config)
-        times = instrument(rig.host)
+        instrument(rig.host, times)
 
         async def new_step(*args: Any, **kwargs: Any) -> Any:
             own.append(0.0)
+            times.append(0.0)
             blocking.append(0)
             prompt = await prepare(*args, **kwargs)
             if model_latency_s:

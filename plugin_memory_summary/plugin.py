@@ -821,15 +821,16 @@ class MemorySummaryPlugin:
             return {"status": _LOST_RACE, "reason": "", "stats": {}}
         # The block the next prompt injects, built now (off the turn for a background run); the
         # record's version grows by one on every write, so the commit made it expected + 1.
-        self._block(session_id, (snap.record.version if snap.record else 0) + 1, new, window)
+        _, block_tokens = self._block(
+            session_id, (snap.record.version if snap.record else 0) + 1, new, window
+        )
         if covered_now < covered:  # trim fallback stopped early: the rest is only archived
             await self.memory.trim_history(session_id, up_to_seq=covered, reason="fallback-trim")
         summary_tokens = self._count(text)
         stats.update(
             messages_summarized=len(summarized),
             summary_tokens=summary_tokens,
-            # What the injected block will take (framing included, cut to the budget).
-            block_tokens=min(budget, summary_tokens + self._framing_tokens(lang)),
+            block_tokens=block_tokens,  # what the injected block takes, framing included
             covered_up_to_seq=covered_now,
         )
         if self.archive is not None:

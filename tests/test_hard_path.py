@@ -47,18 +47,50 @@ def plan(messages: list[Message], **overrides: Any) -> Any:
 
 
 class CountingMemory:
-    """The harness store, counting the calls a compression run starts with."""
+    """The harness store, counting what a compression run does: leases taken, snapshots read,
+    commits (won or lost) and, per commit, the snapshots read since its run took the lease."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
-        self.leases = 0
+        self.leases = self.snapshots = self._at_lease = 0
+        self.commits: list[bool] = []
+        self.reads_in_run: list[int] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
     async def acquire_lease(self, name: str, ttl_s: float) -> Any:
         self.leases += 1
+        self._at_lease = self.snapshots
         return await self._inner.acquire_lease(name, ttl_s)
+
+    async def snapshot(self, session_id: str, *args: Any, **kwargs: Any) -> Any:
+        self.snapshots += 1
+        return await self._inner.snapshot(session_id, *args, **kwargs)
+
+    async def commit_compression(self, *args: Any, **kwargs: Any) -> bool:
+        won = bool(await self._inner.commit_compression(*args, **kwargs))
+        self.commits.append(won)
+        self.reads_in_run.append(self.snapshots - self._at_lease)
+        return won
+
+
+async def hard_mark_only(llm: ScriptedLLM | None = None) -> tuple[Any, CountingMemory]:
+    """A harness whose only trigger is the hard mark at half a 4,000-token window, the plugin's
+    store wrapped in a :class:`CountingMemory`."""
+    h = await make_harness(
+        {
+            "threshold": 1000,
+            "keep_recent": 2,
+            "auto_compress_threshold": 0,
+            "hard_compress_threshold": 0.5,
+        },
+        host={"context_window": 4000, "system_prompt": "S"},
+        llm=llm,
+    )
+    memory = CountingMemory(h.plugin.memory)
+    h.plugin.memory = memory
+    return h, memory
 
 
 # -- pure ------------------------------------------------------------------------------------------
@@ -199,18 +231,7 @@ async def test_a_blocking_request_that_joined_a_run_which_made_room_does_not_run
         await gate.wait()
         return json_summary(sent)
 
-    h = await make_harness(
-        {
-            "threshold": 1000,
-            "keep_recent": 2,
-            "auto_compress_threshold": 0,
-            "hard_compress_threshold": 0.5,
-        },
-        host={"context_window": 4000, "system_prompt": "S"},
-        llm=ScriptedLLM(default=slow),
-    )
-    memory = CountingMemory(h.plugin.memory)
-    h.plugin.memory = memory
+    h, memory = await hard_mark_only(ScriptedLLM(default=slow))
     try:
         for i in range(40):
             result = (await h.turns("s", 1, start=i, pad=150))[0]
@@ -239,42 +260,8 @@ async def test_a_blocking_request_that_joined_a_run_which_made_room_does_not_run
         await h.host.stop()
 
 
-class SnapshotCountingMemory(CountingMemory):
-    def __init__(self, inner: Any) -> None:
-        super().__init__(inner)
-        self.snapshots = 0
-        self.commits: list[bool] = []
-        #: Per commit, the snapshots read since the run took its lease.
-        self.reads_in_run: list[int] = []
-        self._at_lease = 0
-
-    async def acquire_lease(self, name: str, ttl_s: float) -> Any:
-        self._at_lease = self.snapshots
-        return await super().acquire_lease(name, ttl_s)
-
-    async def snapshot(self, session_id: str, *args: Any, **kwargs: Any) -> Any:
-        self.snapshots += 1
-        return await self._inner.snapshot(session_id, *args, **kwargs)
-
-    async def commit_compression(self, *args: Any, **kwargs: Any) -> bool:
-        won = bool(await self._inner.commit_compression(*args, **kwargs))
-        self.commits.append(won)
-        self.reads_in_run.append(self.snapshots - self._at_lease)
-        return won
-
-
 async def test_a_blocking_run_compresses_the_prompts_own_view_without_reading_it_again() -> None:
-    h = await make_harness(
-        {
-            "threshold": 1000,
-            "keep_recent": 2,
-            "auto_compress_threshold": 0,
-            "hard_compress_threshold": 0.5,
-        },
-        host={"context_window": 4000, "system_prompt": "S"},
-    )
-    memory = SnapshotCountingMemory(h.plugin.memory)
-    h.plugin.memory = memory
+    h, memory = await hard_mark_only()
     try:
         results = []
         for i in range(40):
@@ -290,17 +277,7 @@ async def test_a_blocking_run_compresses_the_prompts_own_view_without_reading_it
 
 
 async def test_a_view_gone_stale_loses_the_commit_race_and_the_run_reads_afresh() -> None:
-    h = await make_harness(
-        {
-            "threshold": 1000,
-            "keep_recent": 2,
-            "auto_compress_threshold": 0,
-            "hard_compress_threshold": 0.5,
-        },
-        host={"context_window": 4000, "system_prompt": "S"},
-    )
-    memory = SnapshotCountingMemory(h.plugin.memory)
-    h.plugin.memory = memory
+    h, memory = await hard_mark_only()
     try:
         for i in range(12):
             await h.turns("s", 1, start=i, pad=150)

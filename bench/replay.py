@@ -40,9 +40,14 @@ class SystemRun:
     summarizer_input_tokens: int = 0
     #: Per-step time the memory component added (seconds), where measured.
     step_times: list[float] = field(default_factory=list)
-    #: Steps that waited for a compression (a summarizer call inline, or a blocking request).
-    blocked_steps: int = 0
+    #: Per step: whether it waited for a compression (a summarizer call inline, or a blocking
+    #: request); parallel to ``step_times`` where both are measured.
+    waited: list[bool] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def blocked_steps(self) -> int:
+        return sum(self.waited)
 
     @property
     def over_budget(self) -> int:

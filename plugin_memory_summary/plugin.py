@@ -20,6 +20,7 @@ from host_stub.messages import Message, text_of
 from host_stub.services import (
     SUMMARY_NAMESPACE,
     HostProtocol,
+    LeaseToken,
     LLMService,
     MemoryService,
     MessageArchiveService,
@@ -54,6 +55,9 @@ log = logging.getLogger("plugin_memory_summary")
 
 #: Sessions whose per-turn state one plugin instance keeps (least recently used forgotten first).
 MAX_TRACKED_SESSIONS = 10_000
+
+#: Texts whose token count ``_count`` remembers (summaries, blocks; a few per compression).
+COUNT_MEMO_SIZE = 256
 
 #: The ``skipped`` reason when another run holds the session's compression lease.
 LEASE_BUSY = "another run (in this or another process) holds the session's lease"
@@ -111,8 +115,12 @@ class MemorySummaryPlugin:
         self._semaphore: asyncio.Semaphore | None = None
         #: Sessions whose run waits for a slot under max_concurrent_summaries.
         self._queued: set[str] = set()
+        #: Per session, the last run's marker write and lease release (see ``_after_run``).
+        self._tails: dict[str, asyncio.Task[None]] = {}
         self._blocks: dict[tuple[str, int, int], tuple[str, int]] = {}
         self._framing: dict[str, int] = {}
+        #: Token counts of recent texts, oldest first (see ``_count``).
+        self._counted: dict[str, int] = {}
         self._ids = itertools.count(1)
         self._receivers: list[tuple[str, Callable[..., Any]]] = []
 
@@ -132,6 +140,7 @@ class MemorySummaryPlugin:
     ) -> None:
         self.host, self.memory, self.llm, self.archive = host, memory, llm, message_archive
         self.config = config
+        self._counted.clear()  # the summary model may have changed
         self.redactor = Redactor(config.redact_patterns)
         self._semaphore = asyncio.Semaphore(config.max_concurrent_summaries)
         for name, receiver in (
@@ -349,6 +358,8 @@ class MemorySummaryPlugin:
             if task is not None and not task.done():
                 task.cancel()
                 cancelled += 1
+                await asyncio.wait({task})  # its last writes start as it ends (_after_run)
+            await self._tail_done(session_id)  # a marker lands before the clear, not after
             await self.memory.clear(session_id, [SUMMARY_NAMESPACE])
             self._state.pop(session_id, None)
         self._blocks.clear()
@@ -528,6 +539,7 @@ class MemorySummaryPlugin:
     ) -> dict[str, Any]:
         """One run under the session's cross-process lease."""
         assert self.memory is not None
+        await self._tail_done(session_id)  # this process's previous run gave its lease back
         lease = await self.memory.acquire_lease(
             f"{PLUGIN_NAME}:{session_id}", self.config.lease_ttl_s
         )
@@ -546,9 +558,10 @@ class MemorySummaryPlugin:
         # (as past a hard deadline), so another process cannot take over a live compression.
         lease_end = time.monotonic() + 0.8 * self.config.lease_ttl_s
         deadline = lease_end if deadline is None else min(deadline, lease_end)
+        markers: list[Message] = []
         try:
             for _ in range(3):
-                result = await self._compress_once(session_id, reason, deadline, snapshot)
+                result = await self._compress_once(session_id, reason, deadline, snapshot, markers)
                 if result["status"] != _LOST_RACE:
                     return result
                 snapshot = None  # lost the race: read afresh
@@ -558,13 +571,54 @@ class MemorySummaryPlugin:
                 "stats": {},
             }
         finally:
+            # The marker and the lease's release follow the result: a blocking request returns
+            # as soon as the commit is in; the others wait for them too.
+            tail = self._spawn(self._after_run(session_id, lease, markers))
+            self._tails[session_id] = tail
+            tail.add_done_callback(lambda t, s=session_id: self._forget_tail(s, t))
+            if reason != "hard":
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(tail)
+
+    async def _after_run(self, session_id: str, lease: LeaseToken, markers: list[Message]) -> None:
+        """A run's last writes, under its lease: its event marker, then the lease's release."""
+        assert self.memory is not None
+        try:
+            for marker in markers:
+                if self.archive is None:
+                    break
+                try:
+                    await self.archive.save_message(session_id, marker)
+                except Exception:
+                    log.exception("could not write the compression marker of %s", session_id)
+        finally:
             with contextlib.suppress(Exception):
-                await asyncio.shield(self.memory.release_lease(lease))
+                await self.memory.release_lease(lease)
+
+    async def _tail_done(self, session_id: str) -> None:
+        """Wait for the last run's marker and lease release in this process (never raises)."""
+        tail = self._tails.get(session_id)
+        if tail is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(tail)
+
+    def _forget_tail(self, session_id: str, task: asyncio.Task[Any]) -> None:
+        if self._tails.get(session_id) is task:
+            del self._tails[session_id]
 
     # -- the pipeline --------------------------------------------------------------------------
     def _count(self, text: str) -> int:
-        assert self.llm is not None
-        return self.llm.count_tokens(text, self._summary_model() or self.llm.default_model)
+        """Tokens of ``text`` for the summary model. A compression counts the same strings more
+        than once (the rendering ``fit_to_budget`` accepted is the summary text; the previous
+        summary was counted when it was written), so recent answers are kept."""
+        tokens = self._counted.get(text)
+        if tokens is None:
+            assert self.llm is not None
+            tokens = self.llm.count_tokens(text, self._summary_model() or self.llm.default_model)
+            if len(self._counted) >= COUNT_MEMO_SIZE:
+                del self._counted[next(iter(self._counted))]  # the oldest entry
+            self._counted[text] = tokens
+        return tokens
 
     def _framing_tokens(self, lang: str) -> int:
         tokens = self._framing.get(lang)
@@ -712,8 +766,11 @@ class MemorySummaryPlugin:
         session_id: str,
         reason: str,
         deadline: float | None,
-        snapshot: Snapshot | None = None,
+        snapshot: Snapshot | None,
+        markers: list[Message],
     ) -> dict[str, Any]:
+        """One attempt; the event marker of a committed run goes to ``markers`` (written after
+        the result, see ``_after_run``)."""
         assert self.memory is not None and self.llm is not None
         cfg = self.config
         started = time.monotonic()
@@ -847,10 +904,7 @@ class MemorySummaryPlugin:
                     "trigger": reason,
                 },
             )
-            try:
-                await self.archive.save_message(session_id, marker)
-            except Exception:
-                log.exception("could not write the compression marker of %s", session_id)
+            markers.append(marker)
         tokens_after = tokens_before - archived_tokens - old_summary_tokens + summary_tokens
         return await self._finish(session_id, stats, started, tokens_after, status, why)
 

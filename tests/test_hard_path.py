@@ -11,6 +11,7 @@ from typing import Any
 from fakes import ScriptedLLM
 from plugin_harness import json_summary, make_harness
 
+import plugin_memory_summary.plugin as plugin_module
 from host_stub.messages import Message
 from plugin_memory_summary.decisions import (
     after_compression,
@@ -341,4 +342,78 @@ async def test_the_stored_summary_fits_its_block_whole_and_the_block_is_ready_be
         assert sent == whole
         assert counted == []  # built when the compression committed, not on the turn
     finally:
+        await h.host.stop()
+
+
+class GatedRelease(CountingMemory):
+    """A :class:`CountingMemory` whose lease releases wait for ``gate``."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.gate = asyncio.Event()
+        self.releases = 0
+
+    async def release_lease(self, lease: Any) -> bool:
+        await self.gate.wait()
+        self.releases += 1
+        return bool(await self._inner.release_lease(lease))
+
+
+async def near_the_hard_mark() -> tuple[Any, GatedRelease, Any]:
+    """A hard-mark-only harness at 40% of its window, its store a :class:`GatedRelease`, and a
+    prompt view of session ``s`` that reads 55% (past the mark)."""
+    h, _ = await hard_mark_only()
+    memory = GatedRelease(h.plugin.memory._inner)
+    h.plugin.memory = memory
+    for i in range(40):
+        result = (await h.turns("s", 1, start=i, pad=150))[0]
+        if result.usage[-1].usage_ratio >= 0.4:
+            break
+    _, _, _, view = await h.host.build_prompt("s")
+    return h, memory, view.model_copy(update={"usage_ratio": 0.55})
+
+
+async def markers(h: Any, session_id: str) -> list[Message]:
+    snap = await h.host.memory.snapshot(session_id)
+    return [m for m in snap.messages if m.kind == "event-marker"]
+
+
+async def test_a_blocking_request_returns_at_the_commit_and_the_next_run_waits_for_the_lease() -> (
+    None
+):
+    h, memory, view = await near_the_hard_mark()
+    try:
+        # The lease release is held back, yet the blocking request is over: the commit is in.
+        await asyncio.wait_for(h.plugin.before_model_call(view), timeout=10)
+        assert [s["status"] for s in h.finals()] == ["done"] and memory.commits == [True]
+        assert memory.releases == 0 and "s" in h.plugin._tails
+        # The next run in this process waits for that release instead of finding its own
+        # lease busy.
+        manual = asyncio.ensure_future(h.plugin.compress("s"))
+        await asyncio.sleep(0.1)
+        assert not manual.done() and memory.leases == 1
+        memory.gate.set()
+        result = await asyncio.wait_for(manual, timeout=10)
+        assert result["reason"] != plugin_module.LEASE_BUSY
+        assert memory.leases == 2 and memory.releases == 2 and not h.plugin._tails
+        assert [m.metadata["trigger"] for m in await markers(h, "s")][:1] == ["hard"]
+    finally:
+        memory.gate.set()
+        await h.host.stop()
+
+
+async def test_memory_clear_waits_for_the_marker_of_a_run_that_just_ended() -> None:
+    h, memory, view = await near_the_hard_mark()
+    try:
+        await asyncio.wait_for(h.plugin.before_model_call(view), timeout=10)
+        assert memory.releases == 0  # the marker and the release are still to come
+        clearing = asyncio.ensure_future(h.host.clear("s"))
+        await asyncio.sleep(0.1)
+        assert not clearing.done()  # it waits for them
+        memory.gate.set()
+        await asyncio.wait_for(clearing, timeout=10)
+        # The marker was written before the clear, so it went with the cleared history.
+        assert await markers(h, "s") == [] and memory.releases == 1
+    finally:
+        memory.gate.set()
         await h.host.stop()

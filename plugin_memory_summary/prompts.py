@@ -180,7 +180,7 @@ def _previous_json(previous: Mapping[str, Any] | None) -> str | None:
         return None
     kept = {k: v for k, v in previous.items() if k != "pinned_facts"}
     # The old summary is model output too: it must not open or close the quote either.
-    return defuse_transcript_tags(json.dumps(kept, ensure_ascii=False, indent=2))
+    return defuse_transcript_tags(json.dumps(kept, ensure_ascii=False, separators=(",", ":")))
 
 
 def build_summary_messages(

@@ -220,8 +220,14 @@ class ProbeMemory:
         finally:
             self._probe.marker_armed = False
 
-    async def commit_compression(self, session_id: str, record: Any, expected_version: int,
-                                 archive_through_seq: int, **kwargs: Any) -> bool:
+    async def commit_compression(
+        self,
+        session_id: str,
+        record: Any,
+        expected_version: int,
+        archive_through_seq: int,
+        **kwargs: Any,
+    ) -> bool:
         await self._probe.reach(
             "before-commit",
             {

@@ -82,14 +82,18 @@ def _package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, manifes
 def test_a_good_manifest_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     module = _package(tmp_path, monkeypatch, "goodpkg", GOOD_MANIFEST.encode())
     manifest, source = read_manifest(module)
-    assert manifest is not None and manifest.name == "tmp-plugin" and source == "goodpkg/plugin.toml"
+    assert (
+        manifest is not None and manifest.name == "tmp-plugin" and source == "goodpkg/plugin.toml"
+    )
 
 
 def test_the_shipped_manifest_is_valid_and_its_config_passes_the_schema() -> None:
     manifest, source = read_manifest("plugin_memory_summary.plugin")
     assert manifest is not None and source == "plugin_memory_summary/plugin.toml"
     assert set(manifest.requires) == {"memory", "llm"}
-    pm, loaded = get_plugin_manager(HostConfig.model_validate({"plugins": {"allow": ["memory-summary"]}}))
+    pm, loaded = get_plugin_manager(
+        HostConfig.model_validate({"plugins": {"allow": ["memory-summary"]}})
+    )
     assert plugin_config(pm, loaded["memory-summary"], HostConfig()) is not None
 
 
@@ -98,14 +102,27 @@ def test_the_shipped_manifest_is_valid_and_its_config_passes_the_schema() -> Non
     [
         (b'[plugin]\nname = "x"\nrequires = ["memory"\n', "invalid TOML"),
         (b'[plugin]\nname = "x"\ncolour = "red"\n', "plugin.colour: unknown key"),
-        (b'[plugin]\nname = "x"\nrequires = "memory"\n', "plugin.requires: Input should be a valid list"),
+        (
+            b'[plugin]\nname = "x"\nrequires = "memory"\n',
+            "plugin.requires: Input should be a valid list",
+        ),
         (b'[plugin]\ndescription = "no name"\n', "plugin.name: Field required"),
         (b'name = "at the top, not under [plugin]"\n', "plugin.name: Field required"),
-        (b'[plugin]\nname = 7\n', "plugin.name: Input should be a valid string"),
-        (b'[plugin]\nname = "x"\n[plugin.signals]\nlistens = "agent:turn:after"\n',
-         "plugin.signals.listens: Input should be a valid list"),
+        (b"[plugin]\nname = 7\n", "plugin.name: Input should be a valid string"),
+        (
+            b'[plugin]\nname = "x"\n[plugin.signals]\nlistens = "agent:turn:after"\n',
+            "plugin.signals.listens: Input should be a valid list",
+        ),
     ],
-    ids=["toml", "unknown-key", "requires-type", "no-name", "top-level", "name-type", "signals-type"],
+    ids=[
+        "toml",
+        "unknown-key",
+        "requires-type",
+        "no-name",
+        "top-level",
+        "name-type",
+        "signals-type",
+    ],
 )
 def test_a_malformed_manifest_is_one_line_naming_file_and_key(
     manifest: bytes, expected: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -139,7 +156,10 @@ def test_a_manifest_in_invalid_utf8_is_a_config_error(
         ({"threshold": "thirty"}, "config.threshold: Input should be a valid integer"),
         ({"threshold": 1}, "config.threshold: Input should be greater than or equal to 2"),
         ({"colour": "red"}, "config.colour: unknown key"),
-        ({"threshold": 10, "keep_recent": 10}, "keep_recent (10) must be smaller than threshold (10)"),
+        (
+            {"threshold": 10, "keep_recent": 10},
+            "keep_recent (10) must be smaller than threshold (10)",
+        ),
     ],
 )
 def test_a_manifest_whose_defaults_fail_the_schema_fails_at_start(
@@ -149,7 +169,9 @@ def test_a_manifest_whose_defaults_fail_the_schema_fails_at_start(
     pm, loaded = get_plugin_manager(config)
     item = loaded["memory-summary"]
     assert item.manifest is not None
-    item.manifest = item.manifest.model_copy(update={"config": {**item.manifest.config, **defaults}})
+    item.manifest = item.manifest.model_copy(
+        update={"config": {**item.manifest.config, **defaults}}
+    )
     with pytest.raises(ConfigError) as info:
         plugin_config(pm, item, config)
     line = one_line(str(info.value))
@@ -184,36 +206,90 @@ async def test_a_manifest_requiring_a_service_the_host_lacks_fails_at_start(tmp_
 # -- host config files ------------------------------------------------------------------------------------
 
 CONFIG_ERRORS = [
-    ("toml", "[host]\nmodel = \"x\"\n[host\n", "invalid TOML", "line 3"),
-    ("unknown-host-key", "[host]\ncolour = \"red\"\n", "host.colour: unknown key", None),
-    ("unknown-section", "[hots]\nmodel = \"x\"\n", "hots: unknown key", None),
-    ("wrong-type", "[host]\nreserve_for_reply = \"lots\"\n",
-     "host.reserve_for_reply: Input should be a valid integer", None),
-    ("out-of-range", "[host]\nllm_retries = 99\n", "host.llm_retries: Input should be less than or equal to 10", None),
-    ("zero-window", "[host]\ncontext_window = 0\n", "host.context_window: Input should be greater than 0", None),
-    ("model-override", "[host.models.\"my/model\"]\ncontext_window = -5\n",
-     "host.models.my/model.context_window", None),
-    ("plugins-type", "[plugins]\nallow = \"memory-summary\"\n", "plugins.allow: Input should be a valid list", None),
+    ("toml", '[host]\nmodel = "x"\n[host\n', "invalid TOML", "line 3"),
+    ("unknown-host-key", '[host]\ncolour = "red"\n', "host.colour: unknown key", None),
+    ("unknown-section", '[hots]\nmodel = "x"\n', "hots: unknown key", None),
+    (
+        "wrong-type",
+        '[host]\nreserve_for_reply = "lots"\n',
+        "host.reserve_for_reply: Input should be a valid integer",
+        None,
+    ),
+    (
+        "out-of-range",
+        "[host]\nllm_retries = 99\n",
+        "host.llm_retries: Input should be less than or equal to 10",
+        None,
+    ),
+    (
+        "zero-window",
+        "[host]\ncontext_window = 0\n",
+        "host.context_window: Input should be greater than 0",
+        None,
+    ),
+    (
+        "model-override",
+        '[host.models."my/model"]\ncontext_window = -5\n',
+        "host.models.my/model.context_window",
+        None,
+    ),
+    (
+        "plugins-type",
+        '[plugins]\nallow = "memory-summary"\n',
+        "plugins.allow: Input should be a valid list",
+        None,
+    ),
 ]
 
 PLUGIN_CONFIG_ERRORS = [
-    ("plugin-wrong-type", "threshold = \"thirty\"", "plugin.memory-summary.threshold: Input should be a valid integer"),
-    ("plugin-out-of-range", "threshold = 1", "plugin.memory-summary.threshold: Input should be greater than or equal to 2"),
+    (
+        "plugin-wrong-type",
+        'threshold = "thirty"',
+        "plugin.memory-summary.threshold: Input should be a valid integer",
+    ),
+    (
+        "plugin-out-of-range",
+        "threshold = 1",
+        "plugin.memory-summary.threshold: Input should be greater than or equal to 2",
+    ),
     ("plugin-unknown-key", "thresold = 40", "plugin.memory-summary.thresold: unknown key"),
-    ("keep-recent-vs-threshold", "threshold = 10\nkeep_recent = 10",
-     "keep_recent (10) must be smaller than threshold (10)"),
-    ("watermarks", "auto_compress_threshold = 0.95\nhard_compress_threshold = 0.9",
-     "must be below hard_compress_threshold"),
-    ("bad-regex", "redact_patterns = [\"(unclosed\"]", "redact_patterns[0]: invalid regular expression"),
-    ("empty-regex", "redact_patterns = [\"a*\"]", "matches the empty string"),
-    ("enum", "fallback = \"pray\"", "plugin.memory-summary.fallback: Input should be 'rules' or 'trim'"),
-    ("nested", "[plugin.memory-summary.caps]\nlist_items = 0",
-     "plugin.memory-summary.caps.list_items: Input should be greater than or equal to 1"),
-    ("lease", "lease_ttl_s = 0", "plugin.memory-summary.lease_ttl_s: Input should be greater than 0"),
+    (
+        "keep-recent-vs-threshold",
+        "threshold = 10\nkeep_recent = 10",
+        "keep_recent (10) must be smaller than threshold (10)",
+    ),
+    (
+        "watermarks",
+        "auto_compress_threshold = 0.95\nhard_compress_threshold = 0.9",
+        "must be below hard_compress_threshold",
+    ),
+    (
+        "bad-regex",
+        'redact_patterns = ["(unclosed"]',
+        "redact_patterns[0]: invalid regular expression",
+    ),
+    ("empty-regex", 'redact_patterns = ["a*"]', "matches the empty string"),
+    (
+        "enum",
+        'fallback = "pray"',
+        "plugin.memory-summary.fallback: Input should be 'rules' or 'trim'",
+    ),
+    (
+        "nested",
+        "[plugin.memory-summary.caps]\nlist_items = 0",
+        "plugin.memory-summary.caps.list_items: Input should be greater than or equal to 1",
+    ),
+    (
+        "lease",
+        "lease_ttl_s = 0",
+        "plugin.memory-summary.lease_ttl_s: Input should be greater than 0",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("name", "text", "expected", "where"), CONFIG_ERRORS, ids=[c[0] for c in CONFIG_ERRORS])
+@pytest.mark.parametrize(
+    ("name", "text", "expected", "where"), CONFIG_ERRORS, ids=[c[0] for c in CONFIG_ERRORS]
+)
 def test_host_config_errors_are_one_line_with_file_and_key(
     name: str, text: str, expected: str, where: str | None, tmp_path: Path
 ) -> None:
@@ -237,7 +313,7 @@ async def test_plugin_config_errors_fail_at_start_not_at_turn_40(
     before = await seeded_store(db)
     path = tmp_path / "host.toml"
     header = "" if body.startswith("[") else "[plugin.memory-summary]\n"
-    path.write_text(f"[plugins]\nallow = [\"memory-summary\"]\n{header}{body}\n")
+    path.write_text(f'[plugins]\nallow = ["memory-summary"]\n{header}{body}\n')
     config = load_host_config(path)  # the file itself is well formed
     host = Host(config, memory=SQLiteMemory(db, counter), llm=ScriptedLLM())
     try:
@@ -253,8 +329,12 @@ async def test_plugin_config_errors_fail_at_start_not_at_turn_40(
 async def test_a_config_for_a_plugin_that_is_not_loaded_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "host.toml"
     path.write_text("[plugin.memory-sumary]\nthreshold = 40\n")
-    host = Host(load_host_config(path), memory=SQLiteMemory(tmp_path / "x.db", counter), llm=ScriptedLLM())
-    with pytest.raises(ConfigError, match=r"host.toml: plugin.memory-sumary: no such plugin loaded"):
+    host = Host(
+        load_host_config(path), memory=SQLiteMemory(tmp_path / "x.db", counter), llm=ScriptedLLM()
+    )
+    with pytest.raises(
+        ConfigError, match=r"host.toml: plugin.memory-sumary: no such plugin loaded"
+    ):
         await host.start()
     await host.memory.close()
 
@@ -282,8 +362,11 @@ def test_a_config_file_in_invalid_utf8_is_a_config_error(tmp_path: Path) -> None
     [
         ("[host\n", "invalid TOML"),
         ("[host]\ncolour = 1\n", "host.colour: unknown key"),
-        ("[plugin.memory-summary]\nthreshold = 10\nkeep_recent = 10\n", "keep_recent (10) must be smaller"),
-        ("[host]\nmemory = \"mysql://db\"\n", "mysql://db"),
+        (
+            "[plugin.memory-summary]\nthreshold = 10\nkeep_recent = 10\n",
+            "keep_recent (10) must be smaller",
+        ),
+        ('[host]\nmemory = "mysql://db"\n', "mysql://db"),
     ],
     ids=["toml", "unknown-key", "keep-recent", "memory-url"],
 )
@@ -306,37 +389,76 @@ def test_cli_config_errors_exit_2_with_one_line_and_touch_nothing(
 def test_cli_config_in_invalid_utf8_exits_2_with_one_line(tmp_path: Path) -> None:
     path = tmp_path / "latin1.toml"
     path.write_bytes(b'[host]\nsystem_prompt = "caf\xe9"\n')
-    code, out, err = procs.run_cli(["--config", str(path), "--db", str(tmp_path / "x.db"), "sessions"])
+    code, out, err = procs.run_cli(
+        ["--config", str(path), "--db", str(tmp_path / "x.db"), "sessions"]
+    )
     assert code == 2 and one_line(err).startswith("host-stub: error: "), (code, err)
 
 
 # -- transcripts -------------------------------------------------------------------------------------------
 
 TRANSCRIPTS = [
-    ("json-line", "t.jsonl",
-     b'{"role":"user","content":"a"}\n{"role":"assistant","content":"b"}\n{"role":"user",\n',
-     "t.jsonl:3: malformed JSON"),
-    ("role", "t.jsonl",
-     b'{"role":"user","content":"a"}\n{"role":"robot","content":"b"}\n', "t.jsonl:2: role:"),
-    ("utf8", "t.jsonl",
-     b'{"role":"user","content":"a"}\n{"role":"user","content":"caf\xe9"}\n', "t.jsonl:2: invalid UTF-8"),
-    ("utf8-json", "t.json",
-     b'[{"role":"user","content":"a"},\n{"role":"user","content":"\xff"}]', "t.json:2: invalid UTF-8"),
-    ("not-an-object", "t.jsonl", b'{"role":"user","content":"a"}\n["user","b"]\n',
-     "t.jsonl:2: expected a message object"),
-    ("content-type", "t.json", b'[{"role":"user","content":"a"},{"role":"assistant","content":5}]',
-     "t.json: message 2: content"),
-    ("tool-calls", "t.json",
-     b'[{"role":"assistant","content":null,"tool_calls":[{"function":{"name":"f"}}]}]',
-     "t.json: message 1: tool_calls.0.id"),
-    ("not-a-list", "t.json", b'{"role":"user","content":"a"}', "t.json: expected a list of messages"),
+    (
+        "json-line",
+        "t.jsonl",
+        b'{"role":"user","content":"a"}\n{"role":"assistant","content":"b"}\n{"role":"user",\n',
+        "t.jsonl:3: malformed JSON",
+    ),
+    (
+        "role",
+        "t.jsonl",
+        b'{"role":"user","content":"a"}\n{"role":"robot","content":"b"}\n',
+        "t.jsonl:2: role:",
+    ),
+    (
+        "utf8",
+        "t.jsonl",
+        b'{"role":"user","content":"a"}\n{"role":"user","content":"caf\xe9"}\n',
+        "t.jsonl:2: invalid UTF-8",
+    ),
+    (
+        "utf8-json",
+        "t.json",
+        b'[{"role":"user","content":"a"},\n{"role":"user","content":"\xff"}]',
+        "t.json:2: invalid UTF-8",
+    ),
+    (
+        "not-an-object",
+        "t.jsonl",
+        b'{"role":"user","content":"a"}\n["user","b"]\n',
+        "t.jsonl:2: expected a message object",
+    ),
+    (
+        "content-type",
+        "t.json",
+        b'[{"role":"user","content":"a"},{"role":"assistant","content":5}]',
+        "t.json: message 2: content",
+    ),
+    (
+        "tool-calls",
+        "t.json",
+        b'[{"role":"assistant","content":null,"tool_calls":[{"function":{"name":"f"}}]}]',
+        "t.json: message 1: tool_calls.0.id",
+    ),
+    (
+        "not-a-list",
+        "t.json",
+        b'{"role":"user","content":"a"}',
+        "t.json: expected a list of messages",
+    ),
     ("empty-json", "t.json", b"", "t.json:1: malformed JSON"),
-    ("json-error-line", "t.json", b'[\n{"role":"user","content":"a"},\n{"role":"user" "content":"b"}\n]',
-     "t.json:3: malformed JSON"),
+    (
+        "json-error-line",
+        "t.json",
+        b'[\n{"role":"user","content":"a"},\n{"role":"user" "content":"b"}\n]',
+        "t.json:3: malformed JSON",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("name", "file", "data", "expected"), TRANSCRIPTS, ids=[t[0] for t in TRANSCRIPTS])
+@pytest.mark.parametrize(
+    ("name", "file", "data", "expected"), TRANSCRIPTS, ids=[t[0] for t in TRANSCRIPTS]
+)
 def test_malformed_transcripts_are_one_line_naming_file_and_line(
     name: str, file: str, data: bytes, expected: str, tmp_path: Path
 ) -> None:
@@ -349,7 +471,9 @@ def test_malformed_transcripts_are_one_line_naming_file_and_line(
 
 
 @pytest.mark.parametrize("case", ["json-line", "role", "utf8", "content-type"])
-def test_cli_replay_of_a_malformed_transcript_exits_2_and_stores_nothing(case: str, tmp_path: Path) -> None:
+def test_cli_replay_of_a_malformed_transcript_exits_2_and_stores_nothing(
+    case: str, tmp_path: Path
+) -> None:
     _, file, data, expected = next(t for t in TRANSCRIPTS if t[0] == case)
     db = tmp_path / "store.db"
     before = asyncio.run(seeded_store(db))
@@ -368,7 +492,9 @@ def test_an_empty_jsonl_transcript_replays_nothing(tmp_path: Path) -> None:
     path = tmp_path / "empty.jsonl"
     path.write_bytes(b"\n\n")
     assert load_transcript(path) == []
-    code, out, err = procs.run_cli(["replay", str(path), "--db", str(db), "--baseline", "off", "--json"])
+    code, out, err = procs.run_cli(
+        ["replay", str(path), "--db", str(db), "--baseline", "off", "--json"]
+    )
     assert code == 0, (out, err)
     assert procs.dump(db)["messages"] == before["messages"]
 
@@ -377,8 +503,12 @@ def test_cli_replay_of_an_escaped_lone_surrogate_does_not_crash(tmp_path: Path) 
     db = tmp_path / "store.db"
     before = asyncio.run(seeded_store(db))
     path = tmp_path / "surrogate.jsonl"
-    path.write_bytes(b'{"role":"user","content":"hi \\ud800 there"}\n{"role":"assistant","content":"ok"}\n')
-    code, out, err = procs.run_cli(["replay", str(path), "--db", str(db), "--baseline", "off", "--json"])
+    path.write_bytes(
+        b'{"role":"user","content":"hi \\ud800 there"}\n{"role":"assistant","content":"ok"}\n'
+    )
+    code, out, err = procs.run_cli(
+        ["replay", str(path), "--db", str(db), "--baseline", "off", "--json"]
+    )
     assert procs.dump(db)["metadata"] == before["metadata"]
     assert code in (0, 2), err
     if code == 2:
@@ -387,7 +517,12 @@ def test_cli_replay_of_an_escaped_lone_surrogate_does_not_crash(tmp_path: Path) 
 
 # -- lone surrogates, huge messages ---------------------------------------------------------------------------
 
-SURROGATES = ["lone high \ud800 in the middle", "lone low \udfff", "pair written apart \ud83d\ude00 ok", "\udbff"]
+SURROGATES = [
+    "lone high \ud800 in the middle",
+    "lone low \udfff",
+    "pair written apart \ud83d\ude00 ok",
+    "\udbff",
+]
 
 
 async def _surrogate_session(h: Any) -> list[Message]:
@@ -464,7 +599,9 @@ async def test_a_10mb_message_is_stored_counted_compressed_and_cut_for_the_summa
     try:
         big = ("lorem ipsum dolor sit amet, ORDER-778899 " * 250_000)[:10_000_000]
         t0 = time.monotonic()
-        first = await h.host.run_turn("s", big, recorded=[Message(role="assistant", content="noted")])
+        first = await h.host.run_turn(
+            "s", big, recorded=[Message(role="assistant", content="noted")]
+        )
         assert first.outcome == "replied"
         stored = [*first.messages]
         assert first.messages[0].tokens == counter(Message(role="user", content=big))
@@ -503,7 +640,11 @@ async def test_every_public_call_on_an_unknown_session_is_a_safe_no_op(tmp_path:
         result = await p.compress("nope")
         assert result["status"] == "skipped" and "nothing to compress" in result["reason"]
         context = await p.memory_context("nope")
-        assert (context.summary, context.active_messages, context.recent_transcript) == (None, 0, "")
+        assert (context.summary, context.active_messages, context.recent_transcript) == (
+            None,
+            0,
+            "",
+        )
         rebuilt = await p.rebuild("nope")
         assert rebuilt["status"] == "skipped", rebuilt
         assert await h.host.delete_messages("nope", [1, 2]) == []

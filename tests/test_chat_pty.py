@@ -49,7 +49,12 @@ class Terminal:
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
         self.master, slave = pty.openpty()
         self.proc = subprocess.Popen(
-            argv, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True,
+            argv,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            close_fds=True,
             start_new_session=True,
         )
         os.close(slave)
@@ -116,9 +121,14 @@ def server() -> Iterator[FakeOpenAIServer]:
 def _config(tmp_path: Path, **plugin: Any) -> Path:
     path = tmp_path / "chat.toml"
     lines = [
-        "[host]", "context_window = 8000", "",
-        '[host.models."openai/fake-model"]', "context_window = 8000", "max_output_tokens = 1024",
-        "", "[plugin.memory-summary]",
+        "[host]",
+        "context_window = 8000",
+        "",
+        '[host.models."openai/fake-model"]',
+        "context_window = 8000",
+        "max_output_tokens = 1024",
+        "",
+        "[plugin.memory-summary]",
     ]
     lines += [f"{k} = {json.dumps(v)}" for k, v in plugin.items()]
     path.write_text("\n".join(lines) + "\n")
@@ -132,8 +142,18 @@ def test_chat_in_a_terminal_streams_summarizes_and_clears(
     config = _config(tmp_path, threshold=8, keep_recent=2, debounce_turns=1)
     env = {**os.environ, "OPENAI_API_KEY": "sk-test", "COLUMNS": "120"}
     term = Terminal(
-        [str(SCRIPT), "chat", "--model", "openai/fake-model", "--api-base", server.base_url,
-         "--db", str(tmp_path / "chat.db"), "--config", str(config)],
+        [
+            str(SCRIPT),
+            "chat",
+            "--model",
+            "openai/fake-model",
+            "--api-base",
+            server.base_url,
+            "--db",
+            str(tmp_path / "chat.db"),
+            "--config",
+            str(config),
+        ],
         env,
     )
     try:
@@ -156,8 +176,12 @@ def test_chat_in_a_terminal_streams_summarizes_and_clears(
 
         # The chat grows: the summary is part of every prompt now, and a compression after a
         # turn (threshold 8) runs in the background and is announced.
-        for text in ("I water her every morning", "Tomatoes need sun", "And some patience",
-                     "Rosa has six tomatoes now"):
+        for text in (
+            "I water her every morning",
+            "Tomatoes need sun",
+            "And some patience",
+            "Rosa has six tomatoes now",
+        ):
             term.send(text)
             shown = term.expect("you> ")
             assert f"Echo: {text}." in shown
@@ -190,9 +214,21 @@ def test_chat_ends_with_one_line_when_the_first_call_fails(
     env = {**os.environ, "OPENAI_API_KEY": "sk-wrong"}
     db = tmp_path / "chat.db"
     proc = subprocess.run(
-        [str(SCRIPT), "chat", "--model", "openai/fake-model", "--api-base", server.base_url,
-         "--db", str(db)],
-        input="hello\nnever read\n", capture_output=True, text=True, env=env, timeout=120,
+        [
+            str(SCRIPT),
+            "chat",
+            "--model",
+            "openai/fake-model",
+            "--api-base",
+            server.base_url,
+            "--db",
+            str(db),
+        ],
+        input="hello\nnever read\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert proc.returncode == 2, proc.stderr
     *warnings, last = proc.stderr.strip().splitlines()

@@ -146,7 +146,9 @@ def test_chat_without_model_is_a_user_error(
     assert code == 2 and "chat needs a model" in err
 
 
-@pytest.mark.parametrize("url", ["postgresql://nobody:secret@127.0.0.1:1/test", "redis://:secret@127.0.0.1:1/0"])
+@pytest.mark.parametrize(
+    "url", ["postgresql://nobody:secret@127.0.0.1:1/test", "redis://:secret@127.0.0.1:1/0"]
+)
 def test_unreachable_store_server_is_one_line(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["sessions", "--memory", url], capsys)
     assert code == 2 and "cannot connect" in err and "Traceback" not in err

@@ -65,8 +65,9 @@ def _state(db: Path) -> dict[str, Any]:
     }
 
 
-def _assert_killed_state(point: str, info: dict[str, Any], before: dict[str, Any],
-                         after: dict[str, Any], db: Path) -> None:
+def _assert_killed_state(
+    point: str, info: dict[str, Any], before: dict[str, Any], after: dict[str, Any], db: Path
+) -> None:
     """What the file holds right after the kill, before any other process touched it."""
     assert procs.raw(db, "PRAGMA integrity_check") == [("ok",)]
     if point in ("llm", "before-commit", "in-commit"):

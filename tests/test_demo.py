@@ -75,9 +75,7 @@ def _svg_markers(root: ET.Element, gid: str) -> int:
     return len(group.findall(f".//{SVG}use"))
 
 
-def test_demo_replays_reports_and_plots(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_demo_replays_reports_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db, svg = tmp_path / "demo.db", tmp_path / "context.svg"
     code, out, err = run(["demo", "--turns", "80", "--db", str(db), "--plot", str(svg)], capsys)
     assert code == 0, err
@@ -115,8 +113,18 @@ def test_demo_json_matches_the_plot_data_and_a_replayed_baseline(
     png = tmp_path / "context.png"
     conversation = tmp_path / "demo.jsonl"
     code, out, err = run(
-        ["demo", "--turns", "60", "--json", "--plot", str(png), "--save", str(conversation),
-         "--baseline", "replay"],
+        [
+            "demo",
+            "--turns",
+            "60",
+            "--json",
+            "--plot",
+            str(png),
+            "--save",
+            str(conversation),
+            "--baseline",
+            "replay",
+        ],
         capsys,
     )
     assert code == 0, err
@@ -154,8 +162,9 @@ def test_demo_config_is_shown_and_can_be_replaced(
     assert code == 0 and out == DEMO_CONFIG
     config = tmp_path / "mine.toml"
     config.write_text(out.replace("context_window = 8000", "context_window = 4000"))
-    code, out, err = run(["demo", "--turns", "30", "--config", str(config), "--json",
-                          "--baseline", "off"], capsys)
+    code, out, err = run(
+        ["demo", "--turns", "30", "--config", str(config), "--json", "--baseline", "off"], capsys
+    )
     assert code == 0, err
     report = json.loads(out)
     assert report["context_window"] == 4000 and report["without_plugin"] is None
@@ -186,19 +195,34 @@ def small(tmp_path: Path) -> Path:
 
 
 def _summary(body: dict[str, Any]) -> str:
-    return json.dumps({"summary": "Lena plans a trip to Japan; booking K7XQ2M.",
-                       "identifiers": ["K7XQ2M"]})
+    return json.dumps(
+        {"summary": "Lena plans a trip to Japan; booking K7XQ2M.", "identifiers": ["K7XQ2M"]}
+    )
 
 
 def test_replay_with_a_model_summarizes_through_it(
-    conversation: Path, small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    conversation: Path,
+    small: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     with FakeOpenAIServer(default_reply=_summary) as server:
         code, out, err = run(
-            ["replay", str(conversation), "--model", "openai/fake-model", "--api-base",
-             server.base_url, "--db", str(tmp_path / "m.db"), "--config", str(small), "--json"],
+            [
+                "replay",
+                str(conversation),
+                "--model",
+                "openai/fake-model",
+                "--api-base",
+                server.base_url,
+                "--db",
+                str(tmp_path / "m.db"),
+                "--config",
+                str(small),
+                "--json",
+            ],
             capsys,
         )
         assert code == 0, err
@@ -213,14 +237,27 @@ def test_replay_with_a_model_summarizes_through_it(
 
 
 def test_replay_reports_compressions_that_fell_back(
-    conversation: Path, small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    conversation: Path,
+    small: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     with FakeOpenAIServer(default_reply=Reply.error(500, "model overloaded")) as server:
         code, out, err = run(
-            ["replay", str(conversation), "--model", "openai/fake-model", "--api-base",
-             server.base_url, "--db", str(tmp_path / "m.db"), "--config", str(small)],
+            [
+                "replay",
+                str(conversation),
+                "--model",
+                "openai/fake-model",
+                "--api-base",
+                server.base_url,
+                "--db",
+                str(tmp_path / "m.db"),
+                "--config",
+                str(small),
+            ],
             capsys,
         )
     assert code == 0, err
@@ -236,17 +273,28 @@ def test_replay_reports_compressions_that_fell_back(
     ("args", "env", "expected"),
     [
         (["--model", "nonexistent-provider/xyz"], {}, "unknown model 'nonexistent-provider/xyz'"),
-        (["--model", "gpt-4o-mini"], {"OPENAI_API_KEY": None},
-         "needs OPENAI_API_KEY, which is not set"),
-        (["--model", "openai/m", "--api-base", "http://127.0.0.1:1/v1"], {"OPENAI_API_KEY": "k"},
-         "cannot reach --api-base http://127.0.0.1:1/v1"),
+        (
+            ["--model", "gpt-4o-mini"],
+            {"OPENAI_API_KEY": None},
+            "needs OPENAI_API_KEY, which is not set",
+        ),
+        (
+            ["--model", "openai/m", "--api-base", "http://127.0.0.1:1/v1"],
+            {"OPENAI_API_KEY": "k"},
+            "cannot reach --api-base http://127.0.0.1:1/v1",
+        ),
         (["--plot", "context.txt"], {}, "the plot must be a .svg or .png file"),
         (["--memory", "bogus://x"], {}, "unknown scheme 'bogus'"),
     ],
 )
 def test_replay_user_errors_are_one_line_and_store_nothing(
-    conversation: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch, args: list[str], env: dict[str, str | None], expected: str,
+    conversation: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    env: dict[str, str | None],
+    expected: str,
 ) -> None:
     for key, value in env.items():
         if value is None:
@@ -265,24 +313,37 @@ def test_replay_user_errors_are_one_line_and_store_nothing(
 
 
 def test_replay_plot_without_matplotlib_names_the_extra(
-    conversation: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    conversation: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec",
+        importlib.util,
+        "find_spec",
         lambda name, *a: None if name == "matplotlib" else real(name, *a),
     )
-    code, _, err = run(["replay", str(conversation), "--db", str(tmp_path / "m.db"), "--plot",
-                        str(tmp_path / "p.svg")], capsys)
+    code, _, err = run(
+        [
+            "replay",
+            str(conversation),
+            "--db",
+            str(tmp_path / "m.db"),
+            "--plot",
+            str(tmp_path / "p.svg"),
+        ],
+        capsys,
+    )
     assert code == 2
     assert err.strip() == (
         "host-stub: error: plotting needs matplotlib: pip install 'plugin-memory-summary[plot]'"
     )
 
 
-def test_chat_preflight_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_chat_preflight_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     db = ["--db", str(tmp_path / "m.db")]
     code, _, err = run(
@@ -304,11 +365,19 @@ async def test_compression_stats_count_the_previous_summary_before_as_after() ->
     from host_stub.transcripts import split_turns
     from plugin_memory_summary.decisions import conversation_messages
 
-    config = HostConfig.model_validate({
-        "host": {"memory": "memory://", "context_window": 8000},
-        "plugin": {"memory-summary": {"threshold": 100, "keep_recent": 2,
-                                      "auto_compress_threshold": 0, "hard_compress_threshold": 0}},
-    })
+    config = HostConfig.model_validate(
+        {
+            "host": {"memory": "memory://", "context_window": 8000},
+            "plugin": {
+                "memory-summary": {
+                    "threshold": 100,
+                    "keep_recent": 2,
+                    "auto_compress_threshold": 0,
+                    "hard_compress_threshold": 0,
+                }
+            },
+        }
+    )
     turns = split_turns([Message.model_validate(m) for m in generate_conversation(turns=30)])
     async with open_host(config) as host:
         plugin = host.get_plugin("memory-summary")

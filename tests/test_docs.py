@@ -57,8 +57,12 @@ def test_every_hook_signal_and_config_key_is_in_the_readme() -> None:
     text = readme()
     hooks = [name for name, _ in docgen.hookspec_functions()]
     assert hooks == [
-        "startup", "plugin_config_schema", "register_commands", "agent_prompt",
-        "before_model_call", "shutdown",
+        "startup",
+        "plugin_config_schema",
+        "register_commands",
+        "agent_prompt",
+        "before_model_call",
+        "shutdown",
     ]
     missing = [h for h in hooks if f"`{h}`" not in text]
     missing += [s for s in signals.PAYLOADS if f"`{s}`" not in text]
@@ -87,8 +91,14 @@ def test_config_table_shows_ranges_choices_and_aalis_names() -> None:
     assert "`summary` / `window` / `off`" in rows["`strategy`"]
     assert "`summaryModelMode`" in rows["`summary_model`"] and "unset" in rows["`summary_model`"]
     assert "≥ 1" in rows["`keep_recent_tokens`"]
-    for key in ("threshold", "keep_recent", "summary_token_ratio", "auto_compress_threshold",
-                "summary_prompt", "summary_model"):
+    for key in (
+        "threshold",
+        "keep_recent",
+        "summary_token_ratio",
+        "auto_compress_threshold",
+        "summary_prompt",
+        "summary_model",
+    ):
         assert rows[f"`{key}`"].rstrip(" |").split("|")[-1].strip() != docgen.NONE
 
 
@@ -199,7 +209,10 @@ def test_readme_cli_commands_exist() -> None:
     used |= set(re.findall(r"`host-stub (\w[\w-]*)", readme()))
     out = subprocess.run(
         [sys.executable, "-m", "host_stub.cli", "--help"],
-        capture_output=True, text=True, check=True, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
         env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
     ).stdout
     listed = set(re.findall(r"^  (\w[\w-]*)\s", out.split("Commands:", 1)[1], re.MULTILINE))

@@ -84,7 +84,10 @@ def _split(llm: ScriptedLLM) -> tuple[list[list[dict[str, Any]]], list[list[dict
 async def _hostile_conversation(h: Any, session: str = "s") -> None:
     """Every hostile text as user, assistant, tool call arguments, tool result and list part."""
     for i, text in enumerate(HOSTILE):
-        call = ToolCall(id=f"call_{i}", function=ToolCallFunction(name="search", arguments=json.dumps({"q": text})))
+        call = ToolCall(
+            id=f"call_{i}",
+            function=ToolCallFunction(name="search", arguments=json.dumps({"q": text})),
+        )
         await h.host.run_turn(
             session,
             [Message(role="user", content=[{"type": "text", "text": f"part {i}: {text}"}])],
@@ -321,34 +324,52 @@ async def _secret_conversation(h: Any) -> None:
     s = SECRETS
     call = ToolCall(
         id="call_1",
-        function=ToolCallFunction(name="deploy", arguments=json.dumps({"token": s["github"], "region": "eu"})),
+        function=ToolCallFunction(
+            name="deploy", arguments=json.dumps({"token": s["github"], "region": "eu"})
+        ),
     )
     await h.host.run_turn(
         "s",
         f"my openai key is {s['openai']} and badge {s['custom']}",
         recorded=[
             Message(role="assistant", content=None, tool_calls=[call]),
-            Message(role="tool", tool_call_id="call_1",
-                    content=f"aws_access_key_id={s['aws-key-id']}\naws_secret_access_key = {s['aws-secret']}"),
+            Message(
+                role="tool",
+                tool_call_id="call_1",
+                content=f"aws_access_key_id={s['aws-key-id']}\naws_secret_access_key = {s['aws-secret']}",
+            ),
             Message(role="assistant", content=f"I will not repeat {s['openai']}"),
         ],
     )
     await h.host.run_turn(
         "s",
-        [Message(role="user", content=[{"type": "text", "text": f"list part {s['github']}"},
-                                       {"type": "image_url", "image_url": {"url": "https://x/y.png"}}])],
+        [
+            Message(
+                role="user",
+                content=[
+                    {"type": "text", "text": f"list part {s['github']}"},
+                    {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+                ],
+            )
+        ],
         recorded=[Message(role="assistant", content="seen")],
     )
     # Straddling the cuts: a secret right where a message (4000) or a tool body (200) is cut.
     pad = "x " * 1997
-    await h.host.run_turn("s", pad + s["openai"], recorded=[Message(role="assistant", content="ok")])
+    await h.host.run_turn(
+        "s", pad + s["openai"], recorded=[Message(role="assistant", content="ok")]
+    )
     call2 = ToolCall(id="call_2", function=ToolCallFunction(name="env", arguments="{}"))
     await h.host.run_turn(
         "s",
         "show env",
         recorded=[
             Message(role="assistant", content=None, tool_calls=[call2]),
-            Message(role="tool", tool_call_id="call_2", content="y" * 190 + f" {s['aws-key-id']} {s['custom']}"),
+            Message(
+                role="tool",
+                tool_call_id="call_2",
+                content="y" * 190 + f" {s['aws-key-id']} {s['custom']}",
+            ),
             Message(role="assistant", content="done"),
         ],
     )
@@ -356,13 +377,17 @@ async def _secret_conversation(h: Any) -> None:
 
 
 @pytest.mark.parametrize("summarizer", ["echo", "rules"])
-async def test_secrets_never_reach_the_summarizer_nor_the_store(summarizer: str, tmp_path: Path) -> None:
+async def test_secrets_never_reach_the_summarizer_nor_the_store(
+    summarizer: str, tmp_path: Path
+) -> None:
     db = tmp_path / "s.db"
     llm = ScriptedLLM(default=_echo_summarizer if summarizer == "echo" else _failing_summarizer)
     h = await make_harness({**PLUGIN, "redact_patterns": [CUSTOM_PATTERN]}, llm=llm, db=db)
     try:
         await _secret_conversation(h)
-        assert await h.host.memory.get_history("s")  # the raw conversation keeps them (it is the user's)
+        assert await h.host.memory.get_history(
+            "s"
+        )  # the raw conversation keeps them (it is the user's)
         result = await h.plugin.compress("s")
         assert result["status"] in ("done", "error"), result
         requests, _ = _split(llm)
@@ -383,7 +408,9 @@ async def test_secrets_never_reach_the_summarizer_nor_the_store(summarizer: str,
 
 
 @pytest.mark.parametrize("how", ["pin", "edit"])
-async def test_secrets_in_pinned_facts_or_an_edited_summary_never_reach_the_summarizer(how: str) -> None:
+async def test_secrets_in_pinned_facts_or_an_edited_summary_never_reach_the_summarizer(
+    how: str,
+) -> None:
     llm = ScriptedLLM(default=json_summary)
     h = await make_harness(PLUGIN, llm=llm)
     try:
@@ -408,8 +435,13 @@ CANARY = "CANARY-SUMMARY-5521"
 
 
 def _canary_summarizer(sent: list[dict[str, Any]]) -> str:
-    return json.dumps({"summary": f"Summary {CANARY} of the talk.", "stable_facts": [f"fact {CANARY}"],
-                       "identifiers": [CANARY]})
+    return json.dumps(
+        {
+            "summary": f"Summary {CANARY} of the talk.",
+            "stable_facts": [f"fact {CANARY}"],
+            "identifiers": [CANARY],
+        }
+    )
 
 
 def _rows_with(db: Path, needle: str) -> list[tuple[str, tuple[Any, ...]]]:
@@ -476,9 +508,10 @@ def test_every_dependency_is_pinned_with_an_upper_bound() -> None:
     litellm = next(Requirement(d) for d in _requirements() if d.startswith("litellm"))
     upper = next(s.version for s in litellm.specifier if s.operator == "<")
     lower = next(s.version for s in litellm.specifier if s.operator == ">=")
-    assert upper.split(".")[:1] == lower.split(".")[:1] and int(upper.split(".")[1]) - int(
-        lower.split(".")[1]
-    ) <= 1, f"litellm pin too wide: {litellm}"
+    assert (
+        upper.split(".")[:1] == lower.split(".")[:1]
+        and int(upper.split(".")[1]) - int(lower.split(".")[1]) <= 1
+    ), f"litellm pin too wide: {litellm}"
 
 
 def test_the_installed_environment_satisfies_the_pins() -> None:
@@ -492,7 +525,9 @@ def test_the_installed_environment_satisfies_the_pins() -> None:
             installed = version(req.name)
         except PackageNotFoundError:  # pragma: no cover - the project is installed
             pytest.fail(f"{req.name} is not installed")
-        assert req.specifier.contains(installed, prereleases=True), f"{req.name} {installed} not in {req.specifier}"
+        assert req.specifier.contains(installed, prereleases=True), (
+            f"{req.name} {installed} not in {req.specifier}"
+        )
 
 
 _NO_NETWORK = textwrap.dedent(
@@ -549,7 +584,11 @@ def test_no_network_at_import_start_count_or_compress(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LITELLM")}
     out = subprocess.run(
         [sys.executable, "-c", _NO_NETWORK, str(tmp_path / "net.db")],
-        capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "ATTEMPTS []" in out.stdout, out.stdout + out.stderr[-2000:]

@@ -1090,9 +1090,7 @@ def _need_asyncpg() -> None:
 
 
 @pytest.mark.slow
-async def test_postgres_appends_from_several_processes_are_gapless(
-    tmp_path: Path, pg: str
-) -> None:
+async def test_postgres_appends_from_several_processes_are_gapless(tmp_path: Path, pg: str) -> None:
     per_process = 100
     results = await asyncio.to_thread(_run_children, tmp_path, "append", 3, str(per_process), pg)
     store = open_memory(pg, count_tokens)

@@ -42,9 +42,7 @@ def _stored(items: list[dict[str, Any]]) -> list[Message]:
 
 
 def _canary_summary(sent: list[dict[str, Any]]) -> str:
-    return json.dumps(
-        {"summary": f"Seed summary {SEED_CANARY}.", "identifiers": [SEED_CANARY]}
-    )
+    return json.dumps({"summary": f"Seed summary {SEED_CANARY}.", "identifiers": [SEED_CANARY]})
 
 
 async def _seed(
@@ -70,8 +68,12 @@ async def _seed(
         await h.host.stop()
 
 
-async def _watch(db: Path, sessions: list[str], *waits: Callable[[], Any],
-                 expected: dict[str, list[Message]] | None = None) -> tuple[list[Any], int]:
+async def _watch(
+    db: Path,
+    sessions: list[str],
+    *waits: Callable[[], Any],
+    expected: dict[str, list[Message]] | None = None,
+) -> tuple[list[Any], int]:
     """Run the blocking ``waits`` (children's results) in threads while checking the invariants
     of ``sessions`` on ``db`` in a loop; a last check after they all returned. Returns their
     values and how many checks ran."""
@@ -107,8 +109,9 @@ def _summarizer_transcripts(path: Path) -> list[str]:
     return [entry["messages"][-1]["content"] for entry in procs.read_jsonl(path)]
 
 
-def _assert_archived_were_summarized(db: Path, transcripts: list[str], session: str = SESSION,
-                                     also: str = "") -> int:
+def _assert_archived_were_summarized(
+    db: Path, transcripts: list[str], session: str = SESSION, also: str = ""
+) -> int:
     """Every message archived ``summarized`` reached a summarizer request (or ``also``); event
     markers, which are never summarized, aside."""
     rows = procs.raw(
@@ -134,7 +137,11 @@ def test_compress_during_compress_one_wins_and_the_summarizer_runs_once(tmp_path
     go = ctx.Event()
     specs = [
         procs.ChildSpec(
-            str(db), name=name, plugin=LONG_LEASE, llm_delay=0.3, go=go,
+            str(db),
+            name=name,
+            plugin=LONG_LEASE,
+            llm_delay=0.3,
+            go=go,
             llm_log=str(tmp_path / f"llm-{name}.jsonl"),
             lease_log=str(tmp_path / f"lease-{name}.jsonl"),
         )
@@ -151,8 +158,13 @@ def test_compress_during_compress_one_wins_and_the_summarizer_runs_once(tmp_path
             b.send("compress", SESSION, True)
             go.set()
             results, checks = asyncio.run(
-                _watch(db, [SESSION], lambda: a.result("compress"), lambda: b.result("compress"),
-                       expected={SESSION: expected})
+                _watch(
+                    db,
+                    [SESSION],
+                    lambda: a.result("compress"),
+                    lambda: b.result("compress"),
+                    expected={SESSION: expected},
+                )
             )
             statuses = sorted(r["status"] for r in results)
             assert statuses == ["done", "skipped"], results
@@ -251,8 +263,9 @@ def test_turns_during_compress_are_never_archived_unsummarized(point: str, tmp_p
         during = _stored(b.call("turns", SESSION, 0, 5))
         gate.set()
         (result,), _ = asyncio.run(
-            _watch(db, [SESSION], lambda: a.result("compress"),
-                   expected={SESSION: [*seeded, *during]})
+            _watch(
+                db, [SESSION], lambda: a.result("compress"), expected={SESSION: [*seeded, *during]}
+            )
         )
         assert result["status"] == "done", result
         for child in (a, b):
@@ -278,7 +291,11 @@ def test_turns_racing_a_slow_summarizer_free_running(tmp_path: Path) -> None:
     ctx = procs.context()
     go = ctx.Event()
     a_spec = procs.ChildSpec(
-        str(db), name="a", plugin=LONG_LEASE, llm_delay=0.15, go=go,
+        str(db),
+        name="a",
+        plugin=LONG_LEASE,
+        llm_delay=0.15,
+        go=go,
         llm_log=str(tmp_path / "llm-a.jsonl"),
     )
     b_spec = procs.ChildSpec(str(db), name="b", plugin=LONG_LEASE, go=go)
@@ -302,9 +319,7 @@ def test_turns_racing_a_slow_summarizer_free_running(tmp_path: Path) -> None:
             child.stop()
     assert done, values[:4]
     assert checks >= 5
-    _, fresh_checks = asyncio.run(
-        _watch(db, [SESSION], expected={SESSION: [*seeded, *appended]})
-    )
+    _, fresh_checks = asyncio.run(_watch(db, [SESSION], expected={SESSION: [*seeded, *appended]}))
     assert fresh_checks == 1
     _assert_archived_were_summarized(db, _summarizer_transcripts(tmp_path / "llm-a.jsonl"))
 
@@ -337,7 +352,11 @@ def test_two_hosts_on_one_file_never_overlap_their_leases(tmp_path: Path) -> Non
     plugin = {"threshold": 8, "keep_recent": 4, "debounce_turns": 1, **LONG_LEASE}
     specs = [
         procs.ChildSpec(
-            str(db), name=name, plugin=plugin, llm_delay=0.05, go=go,
+            str(db),
+            name=name,
+            plugin=plugin,
+            llm_delay=0.05,
+            go=go,
             lease_log=str(tmp_path / f"lease-{name}.jsonl"),
             llm_log=str(tmp_path / f"llm-{name}.jsonl"),
         )
@@ -349,9 +368,7 @@ def test_two_hosts_on_one_file_never_overlap_their_leases(tmp_path: Path) -> Non
             for k in range(batches):
                 child.send("turns", sessions[k % 2], per_batch * k, per_batch, k == 0)
         go.set()
-        waits = [
-            (lambda c=c: [c.result("turns", 120) for _ in range(batches)]) for c in kids
-        ]
+        waits = [(lambda c=c: [c.result("turns", 120) for _ in range(batches)]) for c in kids]
         values, checks = asyncio.run(_watch(db, sessions, *waits))
         statuses = [c.call("drain", timeout=120) for c in kids]
         for child in kids:

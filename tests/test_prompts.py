@@ -126,6 +126,18 @@ def test_previous_summary_is_included_as_json_without_pinned_facts() -> None:
     assert "- vegetarian" in content
 
 
+def test_previous_summary_is_sent_as_compact_json() -> None:
+    # Every compression resends the previous summary: no indentation or spaces to pay for.
+    previous = SummaryPayload(
+        summary="s", identifiers=["A1", "B2"], stable_facts=["f"]
+    ).model_dump()
+    content = build(previous=previous)[1]["content"]
+    line = content.split("\n")[1]
+    shown = {k: v for k, v in previous.items() if k != "pinned_facts"}
+    assert json.loads(line) == shown
+    assert '"identifiers":["A1","B2"]' in line and ", " not in line and ": " not in line
+
+
 def test_pinned_facts_are_listed_once_each() -> None:
     content = build(
         pinned_facts=["allergic to nuts", "prefers aisle seats", "allergic to nuts"],

@@ -405,7 +405,11 @@ async def test_tau_bench_replays_keep_the_invariants_with_the_rules_engine(
     assert len(compressed) >= 80, f"only {len(compressed)} of 100 sessions compressed"
     # Requests that joined one run all report it: count each compression once.
     assert sum(r["compressions"] for r in compressed) == len(
-        {(s["session_id"], s["stats"]["covered_up_to_seq"]) for s in done if s["stats"].get("covered_up_to_seq")}
+        {
+            (s["session_id"], s["stats"]["covered_up_to_seq"])
+            for s in done
+            if s["stats"].get("covered_up_to_seq")
+        }
     )
     # No model configured: the rules engine is the summarizer, not a fallback.
     assert all(r["fallback"] is None and r["model"] is None for r in compressed)

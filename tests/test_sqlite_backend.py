@@ -125,7 +125,9 @@ def raw(path: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ..
 def stored(path: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """The session's messages ``(seq, archived)`` and summary rows ``(value, version)``."""
     return (
-        raw(path, "SELECT seq, archived FROM messages WHERE session_id = ? ORDER BY seq", (SESSION,)),
+        raw(
+            path, "SELECT seq, archived FROM messages WHERE session_id = ? ORDER BY seq", (SESSION,)
+        ),
         raw(path, "SELECT value, version FROM metadata WHERE key = ?", (SESSION,)),
     )
 
@@ -180,7 +182,10 @@ async def test_a_call_runs_its_statements_in_one_transaction_in_the_worker_threa
 
     for call, begin in [
         (lambda: memory.snapshot(SESSION), "BEGIN"),
-        (lambda: memory.commit_compression(SESSION, {"text": "S"}, 0, 3, epoch=0), "BEGIN IMMEDIATE"),
+        (
+            lambda: memory.commit_compression(SESSION, {"text": "S"}, 0, 3, epoch=0),
+            "BEGIN IMMEDIATE",
+        ),
         (lambda: memory.append(SESSION, [user("a"), user("b")]), "BEGIN IMMEDIATE"),
         (lambda: memory.acquire_lease("L", 5.0), "BEGIN IMMEDIATE"),
     ]:
@@ -230,9 +235,7 @@ async def test_cancelled_while_running_commit_compression_commits_whole(
 
     # Hold the worker inside the transaction: the summary is written, the archive is not yet.
     trace.arm("UPDATE messages SET archived")
-    task = asyncio.create_task(
-        memory.commit_compression(SESSION, {"text": "S"}, 0, 4, epoch=0)
-    )
+    task = asyncio.create_task(memory.commit_compression(SESSION, {"text": "S"}, 0, 4, epoch=0))
     await trace.wait_held()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -246,8 +249,14 @@ async def test_cancelled_while_running_commit_compression_commits_whole(
     # The job went on by itself and committed everything; the next call ran after it.
     assert [m.seq for m in await later] == [5, 6]
     messages, records = stored(memory.path)
-    assert messages == [(1, "summarized"), (2, "summarized"), (3, "summarized"),
-                        (4, "summarized"), (5, None), (6, None)]
+    assert messages == [
+        (1, "summarized"),
+        (2, "summarized"),
+        (3, "summarized"),
+        (4, "summarized"),
+        (5, None),
+        (6, None),
+    ]
     assert records == [('{"text":"S"}', 1)]
     # And the backend is usable.
     assert await memory.commit_compression(SESSION, {"text": "T"}, 1, 6, epoch=0) is True
@@ -264,9 +273,7 @@ async def test_cancelled_while_queued_commit_compression_never_runs(
     trace.arm("SELECT epoch FROM sessions")  # an earlier call holds the worker
     blocker = asyncio.create_task(memory.get_epoch(SESSION))
     await trace.wait_held()
-    task = asyncio.create_task(
-        memory.commit_compression(SESSION, {"text": "S"}, 0, 4, epoch=0)
-    )
+    task = asyncio.create_task(memory.commit_compression(SESSION, {"text": "S"}, 0, 4, epoch=0))
     await asyncio.sleep(0.01)  # submitted, waiting behind the blocker
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -288,9 +295,7 @@ async def test_cancelling_commit_compression_at_any_moment_is_all_or_nothing(
     for round_ in range(8):
         session = f"{SESSION}{round_}"
         await memory.append(session, [user(f"m{i}") for i in range(10)])
-        task = asyncio.create_task(
-            memory.commit_compression(session, {"text": "S"}, 0, 7, epoch=0)
-        )
+        task = asyncio.create_task(memory.commit_compression(session, {"text": "S"}, 0, 7, epoch=0))
         if delay is not None:
             await asyncio.sleep(delay)
         task.cancel()

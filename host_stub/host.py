@@ -54,8 +54,12 @@ class TurnResult:
 
 
 def snapshot_key(snap: Snapshot) -> tuple[Any, ...]:
-    """What identifies the history a prompt was built from (appends within the turn aside)."""
-    return (snap.epoch, snap.record.version if snap.record else 0, snap.first_seq)
+    """What identifies the history a prompt was built from: a clear changes the epoch, a
+    compression the record's version, a trim the number of active messages (the first seq alone
+    misses it: core system messages are never archived, so one may head the history for good),
+    an append the last seq."""
+    record_version = snap.record.version if snap.record else 0
+    return (snap.epoch, record_version, snap.first_seq, snap.last_seq, len(snap.messages))
 
 
 class Host:

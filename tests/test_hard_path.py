@@ -417,3 +417,31 @@ async def test_memory_clear_waits_for_the_marker_of_a_run_that_just_ended() -> N
     finally:
         memory.gate.set()
         await h.host.stop()
+
+
+async def test_a_blocking_window_trim_behind_a_core_system_message_rebuilds_the_prompt() -> None:
+    # A trim changes neither the epoch, nor the summary record, nor the first active seq when a
+    # core system message (never archived) heads the history: the host must still rebuild.
+    h = await make_harness(
+        {
+            "strategy": "window",
+            "threshold": 1000,
+            "keep_recent": 2,
+            "auto_compress_threshold": 0,
+            "hard_compress_threshold": 0.5,
+        },
+        host={"context_window": 4000, "system_prompt": "S"},
+    )
+    try:
+        await h.host.memory.append("s", [Message(role="system", content="policy " * 50)])
+        for i in range(60):
+            result = (await h.turns("s", 1, start=i, pad=150))[0]
+            if len(result.usage) > 1:
+                break
+        first, rebuilt = result.usage
+        assert first.usage_ratio >= 0.5 and rebuilt.rebuilt and rebuilt.usage_ratio < 0.5
+        assert [s["stats"]["trigger"] for s in h.finals() if s["status"] == "done"] == ["hard"]
+        sent = result.sent[-1]
+        assert sum(1 for m in sent if m["role"] != "system") <= 4  # the trimmed history went
+    finally:
+        await h.host.stop()

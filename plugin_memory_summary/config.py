@@ -156,7 +156,10 @@ class MemorySummaryConfig(BaseModel):
         default=4,
         ge=1,
         le=1000,
-        description="Background compressions running at once in this process (hard ones bypass it).",
+        description=(
+            "Background compressions summarizing at once in this process (hard ones bypass it); "
+            "a run takes its place before the lease and gives it back before the commit."
+        ),
     )
     shutdown_grace_s: float = Field(
         default=10.0,

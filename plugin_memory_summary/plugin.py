@@ -78,6 +78,25 @@ class MemoryContext(BaseModel):
     active_messages: int
 
 
+class SummarizerSlot:
+    """One place under ``max_concurrent_summaries``, taken and given back at most once each
+    time (``release`` without a held place does nothing)."""
+
+    def __init__(self, semaphore: asyncio.Semaphore) -> None:
+        self._semaphore = semaphore
+        self.held = False
+
+    async def acquire(self) -> None:
+        if not self.held:
+            await self._semaphore.acquire()
+            self.held = True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self._semaphore.release()
+
+
 @dataclass
 class SessionState:
     """What the plugin remembers of a session between turns, so the per-turn check is O(1).
@@ -519,25 +538,28 @@ class MemorySummaryPlugin:
     ) -> dict[str, Any]:
         assert self._semaphore is not None
         if reason == "hard":  # blocking requests bypass the global cap
-            return await self._run_leased(session_id, reason, deadline, snapshot)
+            return await self._run_leased(session_id, reason, deadline, snapshot, None)
+        slot = SummarizerSlot(self._semaphore)
         self._queued.add(session_id)
         try:
-            await self._semaphore.acquire()
+            await slot.acquire()
         finally:
             self._queued.discard(session_id)
         try:
-            return await self._run_leased(session_id, reason, deadline, snapshot)
+            return await self._run_leased(session_id, reason, deadline, snapshot, slot)
         finally:
-            self._semaphore.release()
+            slot.release()
 
     async def _run_leased(
         self,
         session_id: str,
         reason: str,
         deadline: float | None,
-        snapshot: Snapshot | None = None,
+        snapshot: Snapshot | None,
+        slot: SummarizerSlot | None,
     ) -> dict[str, Any]:
-        """One run under the session's cross-process lease."""
+        """One run under the session's cross-process lease; ``slot`` (none for a blocking run)
+        is taken before the lease and given back once the summarizer is done."""
         assert self.memory is not None
         await self._tail_done(session_id)  # this process's previous run gave its lease back
         lease = await self.memory.acquire_lease(
@@ -561,7 +583,9 @@ class MemorySummaryPlugin:
         markers: list[Message] = []
         try:
             for _ in range(3):
-                result = await self._compress_once(session_id, reason, deadline, snapshot, markers)
+                result = await self._compress_once(
+                    session_id, reason, deadline, snapshot, markers, slot
+                )
                 if result["status"] != _LOST_RACE:
                     return result
                 snapshot = None  # lost the race: read afresh
@@ -768,9 +792,12 @@ class MemorySummaryPlugin:
         deadline: float | None,
         snapshot: Snapshot | None,
         markers: list[Message],
+        slot: SummarizerSlot | None = None,
     ) -> dict[str, Any]:
         """One attempt; the event marker of a committed run goes to ``markers`` (written after
-        the result, see ``_after_run``)."""
+        the result, see ``_after_run``). ``slot`` is held while the summarizer works and given
+        back before the commit, so the cap counts summarizer work, not store round trips (an
+        attempt after a lost race takes it again)."""
         assert self.memory is not None and self.llm is not None
         cfg = self.config
         started = time.monotonic()
@@ -812,6 +839,8 @@ class MemorySummaryPlugin:
         model = self._summary_model()
         from .summarize import summarize_batches
 
+        if slot is not None:
+            await slot.acquire()
         outcome = await summarize_batches(
             record.payload if record else None,
             batches,
@@ -825,6 +854,8 @@ class MemorySummaryPlugin:
             deadline=deadline,
             text_budget=budget - self._framing_tokens(lang),
         )
+        if slot is not None:
+            slot.release()
         stats.update(
             model=model,
             engine="llm" if model and not outcome.fallback else "rules",

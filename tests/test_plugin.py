@@ -224,6 +224,38 @@ async def test_global_cap_holds_and_hard_requests_bypass_it() -> None:
         await h.host.stop()
 
 
+async def test_the_cap_counts_summarizer_work_not_the_commit() -> None:
+    """With one place, a run whose commit is slow (a busy store) does not keep another
+    session's summarizer waiting: the place is given back before the commit."""
+    h = await make_harness(
+        {"threshold": 100, "keep_recent": 2, "max_concurrent_summaries": 1, "min_gain": 0.0}
+    )
+    memory = h.plugin.memory
+    gate, held = asyncio.Event(), asyncio.Event()
+    commit = memory.commit_compression
+
+    async def slow_commit(session_id: str, *args: Any, **kwargs: Any) -> bool:
+        if session_id == "a":
+            held.set()
+            await gate.wait()
+        return bool(await commit(session_id, *args, **kwargs))
+
+    memory.commit_compression = slow_commit  # type: ignore[method-assign]
+    try:
+        for s in ("a", "b"):
+            await h.turns(s, 3)
+        a = asyncio.ensure_future(h.plugin.compress("a"))
+        await asyncio.wait_for(held.wait(), timeout=10)
+        # a is committing; b summarizes and commits meanwhile, under the same cap of one.
+        b = await asyncio.wait_for(h.plugin.compress("b"), timeout=10)
+        assert b["status"] == "done" and not a.done() and len(h.llm.calls) == 2
+        gate.set()
+        assert (await asyncio.wait_for(a, timeout=10))["status"] == "done"
+    finally:
+        gate.set()
+        await h.host.stop()
+
+
 # -- watermarks --------------------------------------------------------------------------------
 
 

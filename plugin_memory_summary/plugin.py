@@ -608,10 +608,9 @@ class MemorySummaryPlugin:
         """A run's last writes, under its lease: its event marker, then the lease's release."""
         assert self.memory is not None
         try:
-            for marker in markers:
-                if self.archive is None:
-                    break
+            for marker in markers:  # only a run with an archive makes one
                 try:
+                    assert self.archive is not None
                     await self.archive.save_message(session_id, marker)
                 except Exception:
                     log.exception("could not write the compression marker of %s", session_id)

@@ -21,6 +21,7 @@ import click
 from . import signals
 from .config import ConfigError, HostConfig, load_host_config
 from .host import Host
+from .services import SUMMARY_NAMESPACE
 from .transcripts import TranscriptError, load_transcript
 
 __all__ = ["cli", "main"]
@@ -655,6 +656,13 @@ async def clear(ctx: click.Context, session: str | None, all_sessions: bool, typ
     if not session and not all_sessions:
         raise UserError("name a SESSION or pass --all")
     async with open_host(ctx) as host:
+        if session and not all_sessions:
+            # A mistyped name must not create an empty session (clearing bumps its epoch).
+            known = {s.session_id for s in await host.memory.list_sessions()}
+            if session not in known and not await host.memory.get_metadata(
+                SUMMARY_NAMESPACE, session
+            ):  # a session's summary record (pinned facts) may come before its first message
+                raise UserError(f"no session {session!r} in {host.config.host.memory}")
         results = await host.clear(None if all_sessions else session, list(types) or None)
     if as_json:
         click.echo(json.dumps(results, default=str))

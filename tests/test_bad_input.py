@@ -714,10 +714,13 @@ def test_cli_commands_on_unknown_sessions_say_so_and_touch_nothing(tmp_path: Pat
     ]
     code, out, err = procs.run_cli(["--db", str(db), "clear"])
     assert code == 2 and one_line(err) == "host-stub: error: name a SESSION or pass --all"
-    # Commands that write: clear and pin on an unknown id say what they did; the session that
-    # exists keeps every row.
+    # Clear on an unknown id is a mistake (a typo) and creates nothing; pin on one says what it
+    # did (facts may be pinned before the first message). The session that exists keeps every
+    # row.
     code, out, err = procs.run_cli(["--db", str(db), "clear", "nope"])
-    assert code == 0 and "cleared nope" in out and not err.strip(), (out, err)
+    assert code == 2 and not out.strip(), (out, err)
+    assert one_line(err) == f"host-stub: error: no session 'nope' in sqlite:///{db}"
+    assert procs.dump(db)["sessions"] == before["sessions"]
     code, out, err = procs.run_cli(["--db", str(db), "pin", "nope", "a fact"])
     assert code == 0 and "pinned (1 pinned facts)" in out and not err.strip(), (out, err)
     code, out, err = procs.run_cli(["--db", str(db), "summary", "kept"])

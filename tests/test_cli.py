@@ -67,6 +67,24 @@ def test_replay_then_inspect(
     assert "no summary" in out
 
 
+def test_clear_of_an_unknown_session_is_a_user_error_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "m.db")
+    code, out, err = run(["clear", "trip-typo", "--db", db], capsys)
+    assert code == 2 and out == ""
+    assert err.strip() == f"host-stub: error: no session 'trip-typo' in sqlite:///{db}"
+    code, out, _ = run(["sessions", "--json", "--db", db], capsys)
+    assert code == 0 and json.loads(out) == []
+    # Facts pinned before the first message make the session known to clear.
+    code, _, err = run(["pin", "trip", "allergic to nuts", "--db", db], capsys)
+    assert code == 0, err
+    code, out, err = run(["clear", "trip", "--json", "--db", db], capsys)
+    assert code == 0 and "summary" in json.loads(out), err
+    code, out, _ = run(["summary", "trip", "--db", db], capsys)
+    assert "no summary" in out
+
+
 @pytest.mark.parametrize(
     ("content", "expected"),
     [

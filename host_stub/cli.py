@@ -52,16 +52,38 @@ def _set(key: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
 
 
 HOST_OPTIONS = [
-    click.Option(["--config", "config_path"], type=click.Path(dir_okay=False), expose_value=False,
-                 callback=_set("config"), help="Host config file (TOML)."),
-    click.Option(["--db"], type=click.Path(dir_okay=False), expose_value=False, callback=_set("db"),
-                 help="SQLite file of the memory store (shorthand for --memory sqlite:///PATH)."),
-    click.Option(["--memory"], expose_value=False, callback=_set("memory"),
-                 help="Memory store URL: sqlite:///PATH or memory://."),
-    click.Option(["--model"], expose_value=False, callback=_set("model"),
-                 help="Chat model (any litellm model string)."),
-    click.Option(["--api-base"], expose_value=False, callback=_set("api_base"),
-                 help="Base URL of an OpenAI-compatible server."),
+    click.Option(
+        ["--config", "config_path"],
+        type=click.Path(dir_okay=False),
+        expose_value=False,
+        callback=_set("config"),
+        help="Host config file (TOML).",
+    ),
+    click.Option(
+        ["--db"],
+        type=click.Path(dir_okay=False),
+        expose_value=False,
+        callback=_set("db"),
+        help="SQLite file of the memory store (shorthand for --memory sqlite:///PATH).",
+    ),
+    click.Option(
+        ["--memory"],
+        expose_value=False,
+        callback=_set("memory"),
+        help="Memory store URL: sqlite:///PATH or memory://.",
+    ),
+    click.Option(
+        ["--model"],
+        expose_value=False,
+        callback=_set("model"),
+        help="Chat model (any litellm model string).",
+    ),
+    click.Option(
+        ["--api-base"],
+        expose_value=False,
+        callback=_set("api_base"),
+        help="Base URL of an OpenAI-compatible server.",
+    ),
 ]
 
 
@@ -193,8 +215,10 @@ def _check_models(config: HostConfig, *, chat: bool) -> None:
         except Exception:  # litellm could not tell: let the first call say it
             continue
         missing = list(env.get("missing_keys") or [])
-        if not env.get("keys_in_environment") and missing and all(
-            k.endswith("_API_KEY") for k in missing
+        if (
+            not env.get("keys_in_environment")
+            and missing
+            and all(k.endswith("_API_KEY") for k in missing)
         ):
             keys = " or ".join(missing)
             raise UserError(
@@ -254,8 +278,13 @@ class _Screen:
             )
 
             self.progress = Progress(
-                TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("turns"), TimeElapsedColumn(), console=self.console, transient=True,
+                TextColumn("{task.description:<24}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("turns"),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=True,
             )
             self.progress.start()
         return self
@@ -315,8 +344,15 @@ async def _report_run(
         )
     with _Screen(quiet=as_json) as screen:
         report = await run_replay(
-            config, messages, session_id, title=title, baseline=baseline, store=store,
-            facts=facts, on_start=screen.start, on_turn=screen.turn,
+            config,
+            messages,
+            session_id,
+            title=title,
+            baseline=baseline,
+            store=store,
+            facts=facts,
+            on_start=screen.start,
+            on_turn=screen.turn,
             on_event=lambda event: screen.line(f"compression: {compression_line(event)}"),
         )
     if plot is not None:
@@ -341,13 +377,17 @@ async def _report_run(
 
 
 _BASELINE_OPTION = click.option(
-    "--baseline", type=click.Choice(["computed", "replay", "off"]), default="computed",
+    "--baseline",
+    type=click.Choice(["computed", "replay", "off"]),
+    default="computed",
     show_default=True,
     help="The comparison without the plugin: computed from the run's own token counts, or "
     "replayed a second time without the plugin on a throw-away store (slower, same numbers).",
 )
 _PLOT_OPTION = click.option(
-    "--plot", type=click.Path(dir_okay=False), metavar="FILE.svg|FILE.png",
+    "--plot",
+    type=click.Path(dir_okay=False),
+    metavar="FILE.svg|FILE.png",
     help="Draw the context per turn, with and without the plugin (needs matplotlib).",
 )
 _JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
@@ -363,7 +403,11 @@ _JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print the r
 @click.pass_context
 @run_async
 async def replay(
-    ctx: click.Context, file: str, session_id: str | None, plot: str | None, as_json: bool,
+    ctx: click.Context,
+    file: str,
+    session_id: str | None,
+    plot: str | None,
+    as_json: bool,
     baseline: str,
 ) -> None:
     """Replay an OpenAI-format conversation (JSON or JSONL) through the host, using the
@@ -376,27 +420,48 @@ async def replay(
     session_id = session_id or Path(file).stem
     config = host_config(ctx)
     await _report_run(
-        config, messages, session_id, title=Path(file).name, plot=plot, as_json=as_json,
-        baseline=baseline, store=config.host.memory,
+        config,
+        messages,
+        session_id,
+        title=Path(file).name,
+        plot=plot,
+        as_json=as_json,
+        baseline=baseline,
+        store=config.host.memory,
     )
 
 
 @host_options
 @cli.command()
-@click.option("--turns", default=300, show_default=True, type=click.IntRange(20, 5000),
-              help="User turns of the generated conversation.")
+@click.option(
+    "--turns",
+    default=300,
+    show_default=True,
+    type=click.IntRange(20, 5000),
+    help="User turns of the generated conversation.",
+)
 @click.option("--seed", default=7, show_default=True, help="Seed of the generator.")
 @click.option("--print-config", is_flag=True, help="Print the demo's host config and exit.")
-@click.option("--save", type=click.Path(dir_okay=False), metavar="FILE.jsonl",
-              help="Also write the generated conversation (OpenAI-format JSONL).")
+@click.option(
+    "--save",
+    type=click.Path(dir_okay=False),
+    metavar="FILE.jsonl",
+    help="Also write the generated conversation (OpenAI-format JSONL).",
+)
 @_PLOT_OPTION
 @_JSON_OPTION
 @_BASELINE_OPTION
 @click.pass_context
 @run_async
 async def demo(
-    ctx: click.Context, turns: int, seed: int, print_config: bool, save: str | None,
-    plot: str | None, as_json: bool, baseline: str,
+    ctx: click.Context,
+    turns: int,
+    seed: int,
+    print_config: bool,
+    save: str | None,
+    plot: str | None,
+    as_json: bool,
+    baseline: str,
 ) -> None:
     """Generate a long conversation (trip planning and coding help, tool calls, some Chinese)
     and replay it through the host with the memory plugin: offline, no API key.
@@ -447,8 +512,16 @@ async def demo(
         if temporary:
             store = "a temporary SQLite file, gone at exit: keep it with --db PATH"
         await _report_run(
-            config, messages, "demo", title=f"demo ({turns} turns, seed {seed})", plot=plot,
-            as_json=as_json, baseline=baseline, store=store, facts=EARLY_FACTS, fresh=True,
+            config,
+            messages,
+            "demo",
+            title=f"demo ({turns} turns, seed {seed})",
+            plot=plot,
+            as_json=as_json,
+            baseline=baseline,
+            store=store,
+            facts=EARLY_FACTS,
+            fresh=True,
         )
     if not as_json and not temporary:
         click.echo("")
@@ -531,12 +604,15 @@ async def _chat(ctx: click.Context, session_id: str) -> None:
                 return
             if stats.get("messages_summarized") or stats.get("messages_archived"):
                 event = CompressionEvent(
-                    turn=0, status=payload["status"], trigger=str(stats.get("trigger") or ""),
+                    turn=0,
+                    status=payload["status"],
+                    trigger=str(stats.get("trigger") or ""),
                     reason=str(payload.get("reason") or ""),
                     messages_summarized=int(stats.get("messages_summarized") or 0),
                     messages_archived=int(stats.get("messages_archived") or 0),
                     tokens_before=stats.get("tokens_before"),
-                    tokens_after=stats.get("tokens_after"), model=stats.get("model"),
+                    tokens_after=stats.get("tokens_after"),
+                    model=stats.get("model"),
                     fallback=stats.get("fallback"),
                 )
                 notices.append(f"[memory: {compression_line(event)}]")
@@ -640,18 +716,29 @@ async def sessions(ctx: click.Context, as_json: bool) -> None:
     if not items:
         click.echo("no sessions")
     for s in items:
-        click.echo(f"{s.session_id}: {s.active} active, {s.archived} archived, last seq {s.last_seq}, epoch {s.epoch}")
+        click.echo(
+            f"{s.session_id}: {s.active} active, {s.archived} archived, "
+            f"last seq {s.last_seq}, epoch {s.epoch}"
+        )
 
 
 @host_options
 @cli.command()
 @click.argument("session", required=False)
 @click.option("--all", "all_sessions", is_flag=True, help="Clear every session.")
-@click.option("--type", "types", multiple=True, help="Only these memory types (history, summary, ...).")
+@click.option(
+    "--type", "types", multiple=True, help="Only these memory types (history, summary, ...)."
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 @run_async
-async def clear(ctx: click.Context, session: str | None, all_sessions: bool, types: tuple[str, ...], as_json: bool) -> None:
+async def clear(
+    ctx: click.Context,
+    session: str | None,
+    all_sessions: bool,
+    types: tuple[str, ...],
+    as_json: bool,
+) -> None:
     """Clear a session's memory (history and what plugins keep, e.g. its summary)."""
     if not session and not all_sessions:
         raise UserError("name a SESSION or pass --all")
@@ -667,7 +754,10 @@ async def clear(ctx: click.Context, session: str | None, all_sessions: bool, typ
     if as_json:
         click.echo(json.dumps(results, default=str))
     else:
-        click.echo(f"cleared {session or 'all sessions'}: " + ", ".join(f"{k}: {v}" for k, v in results.items()))
+        click.echo(
+            f"cleared {session or 'all sessions'}: "
+            + ", ".join(f"{k}: {v}" for k, v in results.items())
+        )
 
 
 def _register_plugin_commands() -> None:

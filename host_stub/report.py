@@ -148,8 +148,11 @@ class ReplayReport:
         runs = (("with_plugin", self.with_plugin), ("without_plugin", self.without_plugin))
         for key, series in runs:
             if series is not None:
-                out[key].update(max=series.max, mean=round(series.mean, 1),
-                                over_window=series.over(self.context_window))
+                out[key].update(
+                    max=series.max,
+                    mean=round(series.mean, 1),
+                    over_window=series.over(self.context_window),
+                )
         out["fell_back"] = len(self.fell_back)
         return out
 
@@ -159,7 +162,8 @@ def _sent(result: TurnResult) -> list[signals.TokenUsage]:
     """The usage of each prompt a turn sent (a prompt rebuilt after a compression replaces the
     one measured before it)."""
     return [
-        u for i, u in enumerate(result.usage)
+        u
+        for i, u in enumerate(result.usage)
         if not (i + 1 < len(result.usage) and result.usage[i + 1].rebuilt)
     ]
 
@@ -305,7 +309,9 @@ async def run_replay(
         if on_start is not None:
             on_start("with", len(turns))
         with_plugin = await replay_series(
-            host, session_id, turns,
+            host,
+            session_id,
+            turns,
             on_turn=(lambda n: on_turn("with", n)) if on_turn else None,
             on_event=on_event,
         )
@@ -329,7 +335,8 @@ async def run_replay(
             with_plugin=with_plugin,
             without_plugin=(
                 RunSeries(context=list(with_plugin.uncompressed))
-                if baseline == "computed" else None
+                if baseline == "computed"
+                else None
             ),
             baseline=baseline,
             summary=record.text if has_text else None,
@@ -359,7 +366,9 @@ async def run_replay(
                 if on_start is not None:
                     on_start("without", len(turns))
                 report.without_plugin = await replay_series(
-                    bare, session_id, turns,
+                    bare,
+                    session_id,
+                    turns,
                     on_turn=(lambda n: on_turn("without", n)) if on_turn else None,
                 )
             finally:
@@ -396,8 +405,12 @@ def compression_line(event: CompressionEvent) -> str:
         how = f"{event.model} failed, fallback {event.fallback}: {_short(event.reason)}"
     else:
         how = event.model
-    trigger = {"turn": "", "auto": ", soft watermark", "hard": ", hard watermark",
-               "manual": ", manual"}.get(event.trigger, f", {event.trigger}")
+    trigger = {
+        "turn": "",
+        "auto": ", soft watermark",
+        "hard": ", hard watermark",
+        "manual": ", manual",
+    }.get(event.trigger, f", {event.trigger}")
     return f"{what}{tokens} ({how}{trigger})"
 
 
@@ -412,14 +425,18 @@ def render_report(report: ReplayReport) -> str:
     b = report.without_plugin
     window = report.context_window
     lines = [f"report: {report.title}"]
-    lines.append(f"  turns              {report.turns} ({report.messages} messages, "
-                 f"{report.tool_results} tool results)")
+    lines.append(
+        f"  turns              {report.turns} ({report.messages} messages, "
+        f"{report.tool_results} tool results)"
+    )
     engine = report.summary_model or "the rules engine, offline, no model"
     lines.append(f"  compressions       {len(w.compressions)} (summarizer: {engine})")
     if report.fell_back:
         reasons = Counter(_short(e.reason, 100) for e in report.fell_back)
-        lines.append(f"  fell back          {len(report.fell_back)} of {len(w.compressions)} "
-                     f"compressions used the {report.fell_back[0].fallback} fallback:")
+        lines.append(
+            f"  fell back          {len(report.fell_back)} of {len(w.compressions)} "
+            f"compressions used the {report.fell_back[0].fallback} fallback:"
+        )
         pad = " " * 23
         lines += [f"{pad}{count} x {reason}" for reason, count in reasons.most_common(3)]
     elif report.summary_model:
@@ -432,9 +449,13 @@ def render_report(report: ReplayReport) -> str:
     lines.append(
         f"  context window     {_n(window)} tokens" + (f" ({', '.join(marks)})" if marks else "")
     )
-    lines.append("  context per turn   with plugin   without plugin"
-                 + {"computed": " (computed from the same run)",
-                    "replay": " (replayed without the plugin)"}.get(report.baseline, ""))
+    lines.append(
+        "  context per turn   with plugin   without plugin"
+        + {
+            "computed": " (computed from the same run)",
+            "replay": " (replayed without the plugin)",
+        }.get(report.baseline, "")
+    )
     for label, a, c in (
         ("max", _n(w.max), _n(b.max) if b else "-"),
         ("mean", _n(w.mean), _n(b.mean) if b else "-"),
@@ -444,22 +465,28 @@ def render_report(report: ReplayReport) -> str:
     if not report.plugin_loaded:
         lines.append("  summary            (the memory-summary plugin is not loaded)")
     elif report.summary:
-        lines.append(f"  summary            {_n(report.summary_tokens)} tokens, "
-                     f"{_n(len(report.summary))} characters, covers {report.summary_messages} "
-                     f"messages ({report.summary_compressions} compressions)")
+        lines.append(
+            f"  summary            {_n(report.summary_tokens)} tokens, "
+            f"{_n(len(report.summary))} characters, covers {report.summary_messages} "
+            f"messages ({report.summary_compressions} compressions)"
+        )
     else:
         lines.append("  summary            none (nothing was compressed)")
     if report.facts_kept or report.facts_lost:
         total = len(report.facts_kept) + len(report.facts_lost)
         lost = ", ".join(report.facts_lost.values())
         kept = len(report.facts_kept)
-        lines.append(f"  early facts        {kept} of {total} still in the summary"
-                     + (f"; lost: {lost}" if lost else ""))
+        lines.append(
+            f"  early facts        {kept} of {total} still in the summary"
+            + (f"; lost: {lost}" if lost else "")
+        )
     if report.summary_cost:
         lines.append(f"  summarizer cost    ${report.summary_cost:.4f}")
     markers = f", {report.markers} compression markers" if report.markers else ""
-    lines.append(f"  store              {report.active} messages active, {report.archived} archived"
-                 f"{markers}" + (f" ({report.store})" if report.store else ""))
+    lines.append(
+        f"  store              {report.active} messages active, {report.archived} archived"
+        f"{markers}" + (f" ({report.store})" if report.store else "")
+    )
     lines.append(f"  time               {report.seconds:.1f} s")
     if report.summary:
         lines.append("")
@@ -514,39 +541,68 @@ def plot_report(report: ReplayReport, path: str | Path) -> dict[str, Any]:
     clipped = b is not None and b.max > top * 1.3
     if b is not None and not clipped:
         top = max(top, b.max * 1.05)
-    drawn: dict[str, Any] = {"turns": turns, "with_plugin": list(w.context),
-                             "without_plugin": list(b.context) if b else None,
-                             "compressions": marks, "window": window}
-    rc = {"path.simplify": False, "svg.fonttype": "none", "svg.hashsalt": "host-stub",
-          "font.size": 10}
+    drawn: dict[str, Any] = {
+        "turns": turns,
+        "with_plugin": list(w.context),
+        "without_plugin": list(b.context) if b else None,
+        "compressions": marks,
+        "window": window,
+    }
+    rc = {
+        "path.simplify": False,
+        "svg.fonttype": "none",
+        "svg.hashsalt": "host-stub",
+        "font.size": 10,
+    }
     with plt.rc_context(rc):
         fig, ax = plt.subplots(figsize=(10, 5.4), dpi=110, layout="constrained")
         try:
             if b is not None:
-                (line,) = ax.plot(turns[: len(b.context)], b.context, color="#9aa0a6", lw=1.6,
-                                  label="without the plugin")
+                (line,) = ax.plot(
+                    turns[: len(b.context)],
+                    b.context,
+                    color="#9aa0a6",
+                    lw=1.6,
+                    label="without the plugin",
+                )
                 line.set_gid("without-plugin")
                 if clipped:
                     ax.annotate(
                         f"without the plugin: {_n(b.max)} tokens by turn {len(b.context)}"
                         f" ({b.max / window:.0f}x the window)",
-                        xy=(_first_over(b.context, top) or 1, top), xycoords="data",
-                        xytext=(0.35, 0.93), textcoords="axes fraction", color="#5f6368",
-                        arrowprops={"arrowstyle": "->", "color": "#9aa0a6"}, va="center",
+                        xy=(_first_over(b.context, top) or 1, top),
+                        xycoords="data",
+                        xytext=(0.35, 0.93),
+                        textcoords="axes fraction",
+                        color="#5f6368",
+                        arrowprops={"arrowstyle": "->", "color": "#9aa0a6"},
+                        va="center",
                     )
             (line,) = ax.plot(turns, w.context, color="#1a73e8", lw=1.6, label="with the plugin")
             line.set_gid("with-plugin")
             if marks:
-                (dots,) = ax.plot([t for t, _ in marks], [c for _, c in marks], linestyle="none",
-                                  marker="v", ms=6, color="#d93025",
-                                  label=f"compression ({len(marks)})")
+                (dots,) = ax.plot(
+                    [t for t, _ in marks],
+                    [c for _, c in marks],
+                    linestyle="none",
+                    marker="v",
+                    ms=6,
+                    color="#d93025",
+                    label=f"compression ({len(marks)})",
+                )
                 dots.set_gid("compressions")
-            budget = ax.axhline(window, color="#d93025", lw=1.2,
-                                label=f"context window ({_n(window)})")
+            budget = ax.axhline(
+                window, color="#d93025", lw=1.2, label=f"context window ({_n(window)})"
+            )
             budget.set_gid("context-window")
             if report.auto_mark:
-                soft = ax.axhline(window * report.auto_mark, color="#f29900", lw=1, ls="--",
-                                  label=f"soft watermark ({report.auto_mark:.0%})")
+                soft = ax.axhline(
+                    window * report.auto_mark,
+                    color="#f29900",
+                    lw=1,
+                    ls="--",
+                    label=f"soft watermark ({report.auto_mark:.0%})",
+                )
                 soft.set_gid("soft-mark")
             ax.set_xlim(0, max(len(turns), 1) + 1)
             ax.set_ylim(0, top)
@@ -555,8 +611,7 @@ def plot_report(report: ReplayReport, path: str | Path) -> dict[str, Any]:
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
             ax.grid(axis="y", color="#e8eaed")
             ax.spines[["top", "right"]].set_visible(False)
-            ax.set_title(f"{report.title}: context per turn, {len(marks)} compressions",
-                         loc="left")
+            ax.set_title(f"{report.title}: context per turn, {len(marks)} compressions", loc="left")
             legend = fig.legend(loc="outside lower center", ncols=5, frameon=False, fontsize=9)
             legend.set_gid("legend")
             fig.savefig(path, format=kind, metadata={"Date": None} if kind == "svg" else None)

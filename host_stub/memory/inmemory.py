@@ -282,7 +282,8 @@ class InMemoryMemory:
             if session is None:
                 return []
             found = sorted(
-                s for s in set(seqs)
+                s
+                for s in set(seqs)
                 if s in session.messages and session.messages[s].archived != "deleted"
             )
             self._archive(session, found, "deleted", time.time())

@@ -474,10 +474,12 @@ class SQLiteMemory:
     async def release_lease(self, lease: LeaseToken) -> bool:
         name, token = lease.name, lease.token
         return await self._call(
-            lambda db: db.execute(
-                "DELETE FROM leases WHERE name = ? AND token = ?", (name, token)
-            ).rowcount
-            > 0,
+            lambda db: (
+                db.execute(
+                    "DELETE FROM leases WHERE name = ? AND token = ?", (name, token)
+                ).rowcount
+                > 0
+            ),
             write=True,
         )
 
@@ -520,11 +522,15 @@ class SQLiteMemory:
         wanted = sorted(set(seqs))
 
         def job(db: sqlite3.Connection) -> list[int]:
-            rows = db.execute(
-                "SELECT seq FROM messages WHERE session_id = ? AND archived IS NOT 'deleted'"
-                f" AND seq IN ({','.join('?' * len(wanted))}) ORDER BY seq",
-                (session_id, *wanted),
-            ).fetchall() if wanted else []
+            rows = (
+                db.execute(
+                    "SELECT seq FROM messages WHERE session_id = ? AND archived IS NOT 'deleted'"
+                    f" AND seq IN ({','.join('?' * len(wanted))}) ORDER BY seq",
+                    (session_id, *wanted),
+                ).fetchall()
+                if wanted
+                else []
+            )
             found = [seq for (seq,) in rows]
             _archive(db, session_id, found, "deleted", time.time())
             return found

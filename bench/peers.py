@@ -724,7 +724,8 @@ async def main() -> None:
         "system does the same work (decide whether to compress, hand the prompt over); it is "
         "what the memory adds to every turn (the hot path of bench/overhead.py). The waiting "
         "steps are counted and timed apart: with the fake instant summarizer their time is the "
-        "pipeline's own CPU (ours: lease, redaction, prompt, fit, commit, marker); with a real "
+        "pipeline's own CPU (ours: lease, redaction, prompt, fit, commit; the marker and the "
+        "lease release follow after the step); with a real "
         "one, the model call.",
         "The verdict compares the recommended setting of ours with each peer under the same "
         "model calls (the given duration, and instant calls); 'peer "

@@ -62,6 +62,7 @@ from replay import (  # noqa: E402
     step_positions,
 )
 from settings import DEFAULT, RECOMMENDED, SETTINGS  # noqa: E402
+from verdict import peer_dominates, split_steps, verdict_checks  # noqa: E402
 
 from host_stub import signals  # noqa: E402
 from host_stub.datasets import Conversation, load_locomo, load_tau_bench  # noqa: E402
@@ -478,12 +479,7 @@ async def run_ours(
 def aggregate(runs: list[SystemRun], conv_tokens: int) -> dict[str, Any]:
     steps = [s for r in runs for s in r.steps]
     times = [t for r in runs for t in r.step_times]
-    waited = [w for r in runs for w in r.waited]
-    assert len(waited) == len(times), "a step's time and its waiting flag go together"
-    # The per-turn cost: steps that do not wait for a summarizer (every system does the same work
-    # on them: decide whether to compress and hand the prompt over); the steps that do are apart.
-    turn = [t for t, w in zip(times, waited, strict=True) if not w]
-    wait = [t for t, w in zip(times, waited, strict=True) if w]
+    turn, wait = split_steps(times, [w for r in runs for w in r.waited])
     host = [t for r in runs for t in r.extra.get("host_path_times", ())]
     return {
         "steps": len(steps),
@@ -506,28 +502,6 @@ def aggregate(runs: list[SystemRun], conv_tokens: int) -> dict[str, Any]:
         "host_p99_us": us(percentile(host, 99)) if host else None,
         "violations": sum(s.violations for s in steps),
     }
-
-
-def verdict_checks(ours: dict[str, Any], peer: dict[str, Any]) -> dict[str, bool]:
-    """Column by column: is ours at least as good as the peer? ``turn cost`` is the per-turn cost
-    of the issue's goal (steps that do not wait for a summarizer, mean and p99 both)."""
-    return {
-        "budget": ours["over"] <= peer["over"],
-        "tools": ours["violations"] <= peer["violations"],
-        "turn cost": ours["turn_mean_us"] <= peer["turn_mean_us"]
-        and ours["turn_p99_us"] <= peer["turn_p99_us"],
-        "mean": ours["mean_us"] <= peer["mean_us"],
-        "p99": ours["p99_us"] <= peer["p99_us"],
-        "waiting": ours["blocked"] <= peer["blocked"],
-        "input": ours["input_ratio"] <= peer["input_ratio"],
-        "verbatim": ours["verbatim"] >= peer["verbatim"],
-        "tokens": ours["mean"] <= peer["mean"],
-    }
-
-
-def peer_dominates(ours: dict[str, Any], peer: dict[str, Any]) -> bool:
-    """The peer at least as good as ours on every column at once (what the goal rules out)."""
-    return all(verdict_checks(peer, ours).values())
 
 
 COLUMNS = [

@@ -1,6 +1,7 @@
-"""The blocking (hard watermark) path and the block it leaves for the next prompt: it reads the store only when a compression can help, it
-is the only run when a call passes both marks at once, and after joining another run it plans
-on what that run left instead of running again."""
+"""The blocking (hard watermark) path and the block it leaves for the next prompt: it reads the
+store only when a compression can help, it is the only run when a call passes both marks at once,
+after joining another run it plans on what that run left instead of running again, it returns at
+its commit (the marker and the lease release follow), and a trim it makes rebuilds the prompt."""
 
 from __future__ import annotations
 
@@ -378,9 +379,7 @@ async def markers(h: Any, session_id: str) -> list[Message]:
     return [m for m in snap.messages if m.kind == "event-marker"]
 
 
-async def test_a_blocking_request_returns_at_the_commit_and_the_next_run_waits_for_the_lease() -> (
-    None
-):
+async def test_a_blocking_request_ends_at_its_commit_and_the_next_run_waits_for_the_lease() -> None:
     h, memory, view = await near_the_hard_mark()
     try:
         # The lease release is held back, yet the blocking request is over: the commit is in.

@@ -35,6 +35,22 @@ def conversation_messages(messages: Sequence[Message]) -> list[Message]:
     return [m for m in messages if m.kind == "message" and m.role != "system"]
 
 
+def counters_after_run(
+    messages: Sequence[Message], archived_through_seq: int, markers: int
+) -> tuple[int, int]:
+    """The per-turn counters ``(active, last_seq)`` of a session once a run read ``messages``
+    and archived every conversation message up to ``archived_through_seq``.
+
+    The turn-end handler adds ``seq`` steps past ``last_seq`` to ``active``, and the run's own
+    ``markers`` (written after it, so not in ``messages``) will take seqs there too: they are
+    taken off ``active`` now so each is counted out exactly once. Messages appended while the
+    run went are past ``last_seq`` and counted by the next turn's handler."""
+    conv = conversation_messages(messages)
+    active = sum(1 for m in conv if (m.seq or 0) > archived_through_seq)
+    last_seq = max((m.seq or 0 for m in messages), default=0)
+    return active - markers, last_seq
+
+
 def summary_budget(
     context_window: int, ratio: float, max_tokens: int, summarizer_max_output: int | None
 ) -> int:

@@ -32,6 +32,7 @@ from .decisions import (
     CompressionPlan,
     after_compression,
     conversation_messages,
+    counters_after_run,
     hard_triggered,
     plan_compression,
     soft_triggered,
@@ -832,7 +833,13 @@ class MemorySummaryPlugin:
             )
             stats.update(messages_archived=len(archived), fallback=None)
             return await self._finish(
-                session_id, stats, started, tokens_before - archived_tokens, "done", "window"
+                session_id,
+                stats,
+                started,
+                tokens_before - archived_tokens,
+                "done",
+                "window",
+                counters_after_run(snap.messages, covered, 0),
             )
         lang = self._language(conv)
         model = self._summary_model()
@@ -870,7 +877,13 @@ class MemorySummaryPlugin:
             )
             stats.update(messages_archived=len(archived))
             return await self._finish(
-                session_id, stats, started, tokens_before - archived_tokens, status, why
+                session_id,
+                stats,
+                started,
+                tokens_before - archived_tokens,
+                status,
+                why,
+                counters_after_run(snap.messages, covered, 0),
             )
         covered_now = batches[outcome.batches_done - 1][-1].seq or 0
         summarized = [m for b in batches[: outcome.batches_done] for m in b]
@@ -936,7 +949,9 @@ class MemorySummaryPlugin:
             )
             markers.append(marker)
         tokens_after = tokens_before - archived_tokens - old_summary_tokens + summary_tokens
-        return await self._finish(session_id, stats, started, tokens_after, status, why)
+        # Archived through ``covered``: summarized to ``covered_now``, trimmed past it if short.
+        after = counters_after_run(snap.messages, covered, len(markers))
+        return await self._finish(session_id, stats, started, tokens_after, status, why, after)
 
     async def _finish(
         self,
@@ -946,15 +961,20 @@ class MemorySummaryPlugin:
         tokens_after: int,
         status: str,
         why: str,
+        after: tuple[int, int],
     ) -> dict[str, Any]:
-        """Report a run that changed the history. The per-turn counters are read again from the
-        store on the session's next turn (as on its first turn in this process), so the run's
-        own marker and concurrent appends are counted exactly once, and a blocking run does not
-        pay for one more read of the whole history."""
+        """Report a run that changed the history, and set the session's per-turn counters to
+        what it left (``counters_after_run``): no read of the store for them, on the turn or
+        after it. They are a hint, as always: turns taken while the run went are not counted
+        toward ``debounce_turns``, and a blocking run, which read the prompt's view (markers
+        left out), may count an earlier run's newest marker as a message; every run plans
+        again on what it reads."""
         stats["tokens_after"] = tokens_after
         stats["duration_s"] = round(time.monotonic() - started, 4)
         state = self._session(session_id)
-        state.synced = state.syncing = False
+        state.active, state.last_seq = after
+        state.turns_since = 0
+        state.synced, state.syncing = True, False
         return {"status": status, "reason": why, "stats": stats}
 
     # -- public API ----------------------------------------------------------------------------

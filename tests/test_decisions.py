@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from host_stub.messages import Message, ToolCall, ToolCallFunction, tool_groups
 from plugin_memory_summary.decisions import (
     conversation_messages,
+    counters_after_run,
     cut_point,
     gain_estimate,
     hard_triggered,
@@ -283,3 +284,16 @@ def test_a_compression_plan_archives_whole_groups_oldest_first_and_never_the_new
             ids = {m.seq for m in b}
             part = [m.seq in ids for m in conv[start:end]]
             assert all(part) or not any(part)
+
+
+def test_counters_after_a_run_count_what_stays_and_count_its_markers_out() -> None:
+    msgs = seq(
+        [Message(role="system", content="core")]
+        + [Message(role="user" if i % 2 else "assistant", content=str(i)) for i in range(8)]
+        + [Message(role="system", kind="event-marker", content="m")]
+    )
+    # seqs: 1 core, 2-9 conversation, 10 an older marker; archived through 6 -> 7, 8, 9 stay.
+    assert counters_after_run(msgs, 6, 0) == (3, 10)
+    # The run's own marker comes after it (seq 11): the next turn's handler adds it back.
+    assert counters_after_run(msgs, 6, 1) == (2, 10)
+    assert counters_after_run([], 0, 0) == (0, 0)

@@ -139,6 +139,46 @@ async def test_debounce_is_kept_in_the_record_across_restarts(tmp_path: Path) ->
         await h2.host.stop()
 
 
+async def test_after_a_compression_the_counters_are_exact_without_reading_the_store() -> None:
+    """The run sets the session's per-turn counters to what it left (its marker counted out):
+    the next turns read no snapshot, and the count that triggers the next compression is the
+    store's own."""
+    h = await make_harness({"threshold": 6, "keep_recent": 2, "debounce_turns": 0})
+    reads = 0
+
+    class Counted:  # the plugin's handle on the store only (the host keeps its own)
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inner, name)
+
+        async def snapshot(self, session_id: str, *args: Any, **kwargs: Any) -> Any:
+            nonlocal reads
+            reads += 1
+            return await self._inner.snapshot(session_id, *args, **kwargs)
+
+    h.plugin.memory = Counted(h.plugin.memory)
+    try:
+        await h.turns("s", 3)
+        await drain(h)
+        assert [s["status"] for s in h.finals()] == ["done"]
+        after_run = reads
+        # 2 kept + the marker: the next turn makes 4 conversation messages, below the threshold.
+        await h.turns("s", 1, start=3)
+        await drain(h)
+        state = h.plugin._state["s"]
+        stored = await h.host.memory.snapshot("s")
+        active = [m for m in stored.messages if m.kind == "message" and m.role != "system"]
+        assert state.active == len(active) == 4 and state.last_seq == stored.last_seq
+        assert reads == after_run and len(h.finals()) == 1  # no read of the store, no trigger
+        await h.turns("s", 1, start=4)  # 6: the threshold
+        await drain(h)
+        assert [s["status"] for s in h.finals()] == ["done", "done"]
+    finally:
+        await h.host.stop()
+
+
 async def test_markers_go_through_message_archive_and_never_count() -> None:
     h = await make_harness({"threshold": 6, "keep_recent": 2, "debounce_turns": 0})
     try:

@@ -138,7 +138,6 @@ class MemorySummaryPlugin:
         #: Per session, the last run's marker write and lease release (see ``_after_run``).
         self._tails: dict[str, asyncio.Task[None]] = {}
         self._blocks: dict[tuple[str, int, int], tuple[str, int]] = {}
-        self._framing: dict[str, int] = {}
         #: Token counts of recent texts, oldest first (see ``_count``).
         self._counted: dict[str, int] = {}
         self._ids = itertools.count(1)
@@ -506,7 +505,7 @@ class MemorySummaryPlugin:
         if not joined:
             task = asyncio.ensure_future(self._run(session_id, reason, deadline, snapshot))
             self._running[session_id] = task
-            task.add_done_callback(lambda t, s=session_id: self._forget_task(s, t))
+            task.add_done_callback(lambda t, s=session_id: self._forget(self._running, s, t))
         try:
             if joined and deadline is not None:
                 # A run started without our deadline may take a summarizer's full timeout: a
@@ -526,9 +525,11 @@ class MemorySummaryPlugin:
                 return {"status": "skipped", "reason": "cancelled by memory:clear", "stats": {}}
             raise
 
-    def _forget_task(self, session_id: str, task: asyncio.Task[Any]) -> None:
-        if self._running.get(session_id) is task:
-            del self._running[session_id]
+    @staticmethod
+    def _forget(table: dict[str, Any], session_id: str, task: asyncio.Task[Any]) -> None:
+        """Drop ``table[session_id]`` if it is still ``task`` (a newer one may have replaced it)."""
+        if table.get(session_id) is task:
+            del table[session_id]
 
     async def _run(
         self,
@@ -600,7 +601,7 @@ class MemorySummaryPlugin:
             # as soon as the commit is in; the others wait for them too.
             tail = self._spawn(self._after_run(session_id, lease, markers))
             self._tails[session_id] = tail
-            tail.add_done_callback(lambda t, s=session_id: self._forget_tail(s, t))
+            tail.add_done_callback(lambda t, s=session_id: self._forget(self._tails, s, t))
             if reason != "hard":
                 with contextlib.suppress(Exception):
                     await asyncio.shield(tail)
@@ -626,10 +627,6 @@ class MemorySummaryPlugin:
             with contextlib.suppress(Exception):
                 await asyncio.shield(tail)
 
-    def _forget_tail(self, session_id: str, task: asyncio.Task[Any]) -> None:
-        if self._tails.get(session_id) is task:
-            del self._tails[session_id]
-
     # -- the pipeline --------------------------------------------------------------------------
     def _count(self, text: str) -> int:
         """Tokens of ``text`` for the summary model. A compression counts the same strings more
@@ -645,10 +642,7 @@ class MemorySummaryPlugin:
         return tokens
 
     def _framing_tokens(self, lang: str) -> int:
-        tokens = self._framing.get(lang)
-        if tokens is None:
-            tokens = self._framing[lang] = self._count(framing_overhead(lang))
-        return tokens
+        return self._count(framing_overhead(lang))  # remembered by _count
 
     def _summary_model(self) -> str | None:
         assert self.llm is not None

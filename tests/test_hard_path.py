@@ -95,6 +95,15 @@ async def hard_mark_only(llm: ScriptedLLM | None = None) -> tuple[Any, CountingM
     return h, memory
 
 
+async def fill_to(h: Any, ratio: float, *, pad: int = 150, limit: int = 40) -> Any:
+    """Turns of session ``s`` until the measured usage reaches ``ratio``; the last turn's result."""
+    for i in range(limit):
+        result = (await h.turns("s", 1, start=i, pad=pad))[0]
+        if result.usage[-1].usage_ratio >= ratio:
+            return result
+    raise AssertionError(f"usage stayed under {ratio} after {limit} turns")
+
+
 # -- pure ------------------------------------------------------------------------------------------
 
 
@@ -203,10 +212,7 @@ async def test_a_call_past_both_marks_runs_one_blocking_compression_only() -> No
     )
     try:
         # ~35% of the window in small turns, then one message that passes both marks at once.
-        for i in range(200):
-            result = (await h.turns("s", 1, start=i, pad=100))[0]
-            if result.usage[-1].usage_ratio >= 0.35:
-                break
+        await fill_to(h, 0.35, pad=100, limit=200)
         assert not h.requests and not h.finals()
         result = await h.host.run_turn(
             "s", "big " * 1200, recorded=[Message(role="assistant", content="ok")]
@@ -235,10 +241,7 @@ async def test_a_blocking_request_that_joined_a_run_which_made_room_does_not_run
 
     h, memory = await hard_mark_only(ScriptedLLM(default=slow))
     try:
-        for i in range(40):
-            result = (await h.turns("s", 1, start=i, pad=150))[0]
-            if result.usage[-1].usage_ratio >= 0.4:
-                break
+        await fill_to(h, 0.4)
         assert not h.finals()
         _, _, usage, view = await h.host.build_prompt("s")
         assert usage.usage_ratio < 0.5
@@ -366,10 +369,7 @@ async def near_the_hard_mark() -> tuple[Any, GatedRelease, Any]:
     h, _ = await hard_mark_only()
     memory = GatedRelease(h.plugin.memory._inner)
     h.plugin.memory = memory
-    for i in range(40):
-        result = (await h.turns("s", 1, start=i, pad=150))[0]
-        if result.usage[-1].usage_ratio >= 0.4:
-            break
+    await fill_to(h, 0.4)
     _, _, _, view = await h.host.build_prompt("s")
     return h, memory, view.model_copy(update={"usage_ratio": 0.55})
 

@@ -464,13 +464,11 @@ class Rig:
         ]
 
     async def drain(self) -> None:
-        """Wait for the plugin's background compressions (the tasks it holds by strong
-        reference; the plugin has no public handle for them)."""
+        """Wait for the plugin's background compressions (the tasks its scheduler holds)."""
         if "memory-summary" not in self.host.plugins:
             return
-        background = self.plugin._background
-        while background:
-            await asyncio.gather(*list(background), return_exceptions=True)
+        while pending := self.plugin.scheduler.pending():
+            await asyncio.gather(*pending, return_exceptions=True)
 
     async def close(self) -> None:
         await self.host.stop()

@@ -218,8 +218,8 @@ async def _child(spec: Spec, events: Any, go: Any) -> dict[str, Any]:
         t_turns = time.monotonic()
         plugin = host.get_plugin("memory-summary")
         # The plugin's background compressions (held by strong reference; no public handle).
-        while plugin._background:
-            await asyncio.gather(*list(plugin._background), return_exceptions=True)
+        while pending := plugin.scheduler.pending():
+            await asyncio.gather(*pending, return_exceptions=True)
         t_drained = time.monotonic()
     finally:
         await host.stop()

@@ -95,7 +95,7 @@ async def child(variant: str, sessions: int, turns: int, latency: float) -> dict
     turns_s = time.perf_counter() - started
     reporter.cancel()
     done_at_end = len(rig.finals("done"))
-    backlog = len(rig.plugin._running) if variant == "plugin" else 0
+    backlog = len(rig.plugin.scheduler.running) if variant == "plugin" else 0
     drain_start = time.perf_counter()
     await rig.drain()
     drain_s = time.perf_counter() - drain_start

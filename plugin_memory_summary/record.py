@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from host_stub.services import MetadataEntry
 
-from .payload import SummaryPayload
+from .payload import SummaryPayload, render_payload
 
-__all__ = ["SCHEMA_VERSION", "SummaryRecord", "read_record"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "SummaryRecord",
+    "build_record",
+    "dump_record",
+    "read_record",
+    "with_pinned",
+    "with_text",
+    "without_pinned",
+]
 
 SCHEMA_VERSION = 1
 
@@ -56,3 +66,60 @@ def read_record(entry: MetadataEntry | None, epoch: int | None = None) -> Summar
 
 def dump_record(record: SummaryRecord) -> dict[str, Any]:
     return record.model_dump(mode="json")
+
+
+def build_record(
+    previous: SummaryRecord | None,
+    payload: SummaryPayload,
+    *,
+    lang: str,
+    covered_up_to_seq: int,
+    epoch: int,
+    compressed_at_seq: int,
+    messages_summarized: int,
+    compressions: int,
+    model: str | None = None,
+    cost: float = 0.0,
+    fallback: str | None = None,
+    text: str | None = None,
+) -> SummaryRecord:
+    """The record a compression or a rebuild writes (``text`` defaults to the rendering)."""
+    now = time.time()
+    return SummaryRecord(
+        text=render_payload(payload, lang) if text is None else text,
+        payload=payload,
+        lang=lang,
+        covered_up_to_seq=covered_up_to_seq,
+        epoch=epoch,
+        compressed_at_seq=compressed_at_seq,
+        messages_summarized=messages_summarized,
+        compressions=compressions,
+        model=model,
+        cost=cost,
+        fallback=fallback,
+        created_at=previous.created_at if previous else now,
+        updated_at=now,
+    )
+
+
+# -- changes a user makes (pure; ``Pipeline.update_record`` writes them) -----------------------
+def with_text(record: SummaryRecord, text: str) -> SummaryRecord:
+    """The summary's prose replaced; the structured fields and pinned facts stay."""
+    return _with_payload(record, record.payload.model_copy(update={"summary": text}))
+
+
+def with_pinned(record: SummaryRecord, fact: str) -> SummaryRecord:
+    """``fact`` pinned: every later merge keeps it verbatim."""
+    pinned = list(dict.fromkeys([*record.payload.pinned_facts, fact]))
+    return _with_payload(record, record.payload.model_copy(update={"pinned_facts": pinned}))
+
+
+def without_pinned(record: SummaryRecord, fact: str) -> SummaryRecord:
+    pinned = [f for f in record.payload.pinned_facts if f != fact]
+    return _with_payload(record, record.payload.model_copy(update={"pinned_facts": pinned}))
+
+
+def _with_payload(record: SummaryRecord, payload: SummaryPayload) -> SummaryRecord:
+    return record.model_copy(
+        update={"payload": payload, "text": render_payload(payload, record.lang)}
+    )

@@ -389,7 +389,7 @@ async def test_compression_stats_count_the_previous_summary_before_as_after() ->
             await host.run_turn("s", inputs, recorded=recorded)
         record = await plugin.show("s")
         active = conversation_messages(await host.memory.get_history("s"))
-        in_context = sum(m.tokens or 0 for m in active) + plugin._count(record.text)
+        in_context = sum(m.tokens or 0 for m in active) + plugin.tokens.count(record.text)
         second = await plugin.compress("s")
     assert second["status"] == "done"
     # tokens_after counts the summary the context will hold; tokens_before must count the one

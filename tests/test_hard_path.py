@@ -248,7 +248,7 @@ async def test_a_blocking_request_that_joined_a_run_which_made_room_does_not_run
         # A prompt over the hard mark while a manual run of the same session waits on the model.
         view = view.model_copy(update={"usage_ratio": 0.55})
         manual = asyncio.ensure_future(h.plugin.compress("s"))
-        while not h.plugin._running:
+        while not h.plugin.scheduler.running:
             await asyncio.sleep(0.01)
         blocking = asyncio.ensure_future(h.plugin.before_model_call(view))
         await asyncio.sleep(0.05)
@@ -316,15 +316,15 @@ async def test_the_stored_summary_fits_its_block_whole_and_the_block_is_ready_be
         host={"context_window": 8000},
     )
     try:
-        budget, framing = h.plugin._budget(8000), h.plugin._framing_tokens("en")
+        budget, framing = h.plugin.tokens.budget(8000), h.plugin.tokens.framing_tokens("en")
         # An answer whose rendering fits the budget but not together with the block's framing.
         n = next(
             n
             for n in range(10, 5000)
-            if h.plugin._count(render_payload(SummaryPayload(summary="word " * n), "en"))
+            if h.plugin.tokens.count(render_payload(SummaryPayload(summary="word " * n), "en"))
             > budget - framing // 2
         )
-        assert h.plugin._count(render_payload(SummaryPayload(summary="word " * n), "en")) <= budget
+        assert h.plugin.tokens.count(render_payload(SummaryPayload(summary="word " * n), "en")) <= budget
         h.llm.default = json.dumps({"summary": "word " * n})
         await h.turns("s", 4)
         assert (await h.plugin.compress("s"))["status"] == "done"
@@ -332,15 +332,15 @@ async def test_the_stored_summary_fits_its_block_whole_and_the_block_is_ready_be
         assert record is not None
         # Fitted to the budget less the framing: the block is the whole text, never cut.
         whole = wrap_summary_block(record.text, record.lang)
-        assert h.plugin._count(whole) <= budget
+        assert h.plugin.tokens.count(whole) <= budget
         counted: list[str] = []
-        real = h.plugin._count
+        real = h.plugin.tokens.count
 
         def spy(text: str) -> int:
             counted.append(text)
             return real(text)
 
-        h.plugin._count = spy  # type: ignore[method-assign]
+        h.plugin.tokens.count = spy  # type: ignore[method-assign]
         result = (await h.turns("s", 1, start=10))[0]
         sent = next(m["content"] for m in result.sent[0] if SUMMARY_OPEN in str(m["content"]))
         assert sent == whole
@@ -385,7 +385,7 @@ async def test_a_blocking_request_ends_at_its_commit_and_the_next_run_waits_for_
         # The lease release is held back, yet the blocking request is over: the commit is in.
         await asyncio.wait_for(h.plugin.before_model_call(view), timeout=10)
         assert [s["status"] for s in h.finals()] == ["done"] and memory.commits == [True]
-        assert memory.releases == 0 and "s" in h.plugin._tails
+        assert memory.releases == 0 and h.plugin.scheduler.tail_pending("s")
         # The next run in this process waits for that release instead of finding its own
         # lease busy.
         manual = asyncio.ensure_future(h.plugin.compress("s"))
@@ -394,7 +394,7 @@ async def test_a_blocking_request_ends_at_its_commit_and_the_next_run_waits_for_
         memory.gate.set()
         result = await asyncio.wait_for(manual, timeout=10)
         assert result["reason"] != plugin_module.LEASE_BUSY
-        assert memory.leases == 2 and memory.releases == 2 and not h.plugin._tails
+        assert memory.leases == 2 and memory.releases == 2 and not h.plugin.scheduler.tail_pending("s")
         assert [m.metadata["trigger"] for m in await markers(h, "s")][:1] == ["hard"]
     finally:
         memory.gate.set()

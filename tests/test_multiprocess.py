@@ -321,8 +321,8 @@ async def _child(spec: ChildSpec) -> dict[str, Any]:
                 await asyncio.sleep(0.05)
             summary["compress"] = {k: result[k] for k in ("status", "reason")}
         # Background compressions (the plugin holds them by strong reference; no public handle).
-        while plugin._background:
-            await asyncio.gather(*list(plugin._background), return_exceptions=True)
+        while pending := plugin.scheduler.pending():
+            await asyncio.gather(*pending, return_exceptions=True)
         summary.update(
             turns=done,
             outcomes=dict(outcomes),

@@ -17,7 +17,7 @@ from host_stub.hookspecs import hookimpl
 from host_stub.messages import Message, ToolCall, ToolCallFunction
 from host_stub.services import Completion
 from plugin_memory_summary import MemorySummaryConfig
-from plugin_memory_summary import plugin as plugin_module
+from plugin_memory_summary import state as state_module
 from plugin_memory_summary.hygiene import SUMMARY_CLOSE, SUMMARY_OPEN
 
 
@@ -167,7 +167,7 @@ async def test_after_a_compression_the_counters_are_exact_without_reading_the_st
         # 2 kept + the marker: the next turn makes 4 conversation messages, below the threshold.
         await h.turns("s", 1, start=3)
         await drain(h)
-        state = h.plugin._state["s"]
+        state = h.plugin.sessions.get("s")
         stored = await h.host.memory.snapshot("s")
         active = [m for m in stored.messages if m.kind == "message" and m.role != "system"]
         assert state.active == len(active) == 4 and state.last_seq == stored.last_seq
@@ -585,7 +585,7 @@ async def test_clear_during_compression_wins() -> None:
     try:
         await h.turns("s", 4)
         task = asyncio.ensure_future(h.plugin.compress("s"))
-        while not h.plugin._running:
+        while not h.plugin.scheduler.running:
             await asyncio.sleep(0.01)
         results = await h.host.clear("s", ["summary"])
         gate.set()
@@ -618,7 +618,7 @@ async def test_clear_during_hard_compression_does_not_fail_the_turn() -> None:
             "s", [Message(role="user", content="x" * 1200) for _ in range(6)]
         )
         turn = asyncio.ensure_future(h.turns("s", 1, start=10))
-        while not h.plugin._running:
+        while not h.plugin.scheduler.running:
             await asyncio.sleep(0.01)
         await h.host.clear("s", ["summary"])
         result = (await turn)[0]
@@ -975,7 +975,7 @@ async def test_hard_request_joining_a_slow_run_waits_only_until_its_deadline() -
     try:
         await h.turns("s", 4)
         background = asyncio.ensure_future(h.plugin.compress("s"))
-        while not h.plugin._running:
+        while not h.plugin.scheduler.running:
             await asyncio.sleep(0.01)
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -1021,7 +1021,7 @@ async def test_a_blocked_watermark_replans_when_the_history_changes() -> None:
 async def test_per_session_state_is_bounded_and_an_evicted_session_reads_its_numbers_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(plugin_module, "MAX_TRACKED_SESSIONS", 3)
+    monkeypatch.setattr(state_module, "MAX_TRACKED_SESSIONS", 3)
     h = await make_harness({"threshold": 8, "keep_recent": 2, "debounce_turns": 1})
     try:
         for i in range(3):  # session "a": 6 active messages, below the threshold
@@ -1029,12 +1029,12 @@ async def test_per_session_state_is_bounded_and_an_evicted_session_reads_its_num
         for name in "bcde":  # four other sessions push "a" out of the plugin's memory
             await h.turns(name, 1)
         await drain(h)
-        assert len(h.plugin._state) == 3 and "a" not in h.plugin._state
+        assert len(h.plugin.sessions) == 3 and "a" not in h.plugin.sessions
         # Its next turn relearns the count from the store: the 8th message still compresses.
         await h.turns("a", 1, start=3)
         await drain(h)
         done = [s for s in h.finals() if s["status"] == "done" and s["session_id"] == "a"]
         assert done and done[0]["stats"]["trigger"] == "turn"
-        assert len(h.plugin._state) == 3
+        assert len(h.plugin.sessions) == 3
     finally:
         await h.host.stop()

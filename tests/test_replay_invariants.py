@@ -537,8 +537,8 @@ def sent_ratios(result: Any) -> list[float]:
 
 async def drain(rig: Rig) -> None:
     """Wait for the plugin's background work (the tasks it holds by strong reference)."""
-    while rig.plugin._background:
-        await asyncio.gather(*list(rig.plugin._background))
+    while pending := rig.plugin.scheduler.pending():
+        await asyncio.gather(*pending)
 
 
 #: The turn trigger out of the way: only the soft and hard watermarks compress.

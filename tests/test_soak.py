@@ -472,7 +472,7 @@ async def test_a_hard_compression_bypasses_the_concurrency_cap_when_a_queued_run
             await asyncio.sleep(0.001)
         await host.request_compression("y", "manual")  # queued behind the cap
         await asyncio.sleep(0.01)
-        assert set(soak.plugin._running) == {"x", "y"}
+        assert set(soak.plugin.scheduler.running) == {"x", "y"}
         result = await host.run_turn(
             "y", "big " * 400, recorded=[Message(role="assistant", content="ok")]
         )

@@ -242,7 +242,7 @@ class MemoryMachine(RuleBasedStateMachine):
             recorded += self.tool_round(k, size, text=False)
         if reply or not rounds:
             recorded.append(Message(role="assistant", content=_body(self.tag(), 0)))
-        if session in self.plugin._running:
+        if session in self.plugin.scheduler.running:
             self.overlaps["turn during a compression"] += 1
         started = time.monotonic()
         try:
@@ -276,7 +276,7 @@ class MemoryMachine(RuleBasedStateMachine):
 
     @rule(everything=st.booleans())
     def clear(self, everything: bool) -> None:
-        if self.plugin._running:
+        if self.plugin.scheduler.running:
             self.overlaps["clear during a compression"] += 1
         self.run(self.host.clear(None if everything else self.session))
         for s in SESSIONS if everything else (self.session,):
@@ -316,7 +316,7 @@ class MemoryMachine(RuleBasedStateMachine):
             if not editable:
                 return
             seqs = [editable[pick % len(editable)].seq]
-        if session in self.plugin._running:
+        if session in self.plugin.scheduler.running:
             self.overlaps["delete during a compression"] += 1
         checker = self.checkers[session]
         checker.allow_user_archive = self.deleted[session] = True
@@ -333,7 +333,7 @@ class MemoryMachine(RuleBasedStateMachine):
     def during_a_slow_compression(self, action: str, pick: int) -> None:
         """A compression whose summarizer reply is late, and meanwhile a clear, a delete, a turn
         or another request; then the reply arrives (the overlap the design's guards are for)."""
-        if self.session not in self.plugin._running:
+        if self.session not in self.plugin.scheduler.running:
             held = len(self.llm.waiting_slow)
             self.llm.force("slow")
             request_id = self.run(self.host.request_compression(self.session, "manual"))
@@ -380,7 +380,7 @@ class MemoryMachine(RuleBasedStateMachine):
         """Let the background work run until it is done or waits on the summarizer."""
 
         async def wait() -> None:
-            pending = {t for t in self.plugin._background if not t.done()}
+            pending = set(self.plugin.scheduler.pending())
             if pending:
                 await asyncio.wait(pending, timeout=0.02 if self.backend == "memory" else 0.05)
             else:
@@ -440,7 +440,7 @@ class MemoryMachine(RuleBasedStateMachine):
         for _ in range(200):
             self.llm.resolve_slow()
             self.llm.fire_hangs()
-            pending = {t for t in self.plugin._background if not t.done()}
+            pending = set(self.plugin.scheduler.pending())
             if not pending and not self.llm.waiting_slow and not self.llm.hanging:
                 break
             await asyncio.wait(pending or {asyncio.ensure_future(asyncio.sleep(0))}, timeout=0.05)

@@ -1,0 +1,110 @@
+"""Budget and token bookkeeping: the summary budget, batch sizes, token counts of the plugin's
+own texts, and the injected block per record version."""
+
+from __future__ import annotations
+
+from host_stub.services import LLMService
+
+from .config import MemorySummaryConfig
+from .decisions import summary_budget
+from .hygiene import framing_overhead, wrap_summary_block
+from .record import SummaryRecord
+from .render import cut_text
+
+__all__ = ["BLOCK_CACHE_SIZE", "COUNT_MEMO_SIZE", "TokenBook"]
+
+#: Texts whose token count ``TokenBook.count`` remembers (summaries, blocks; a few per
+#: compression).
+COUNT_MEMO_SIZE = 256
+
+#: Injected blocks kept (one per session, record version and budget).
+BLOCK_CACHE_SIZE = 4096
+
+BlockKey = tuple[str, int, int]
+
+
+class TokenBook:
+    """Counts with the summary model's tokenizer and remembers what it counted."""
+
+    def __init__(self, config: MemorySummaryConfig, llm: LLMService) -> None:
+        self.config = config
+        self.llm = llm
+        #: Token counts of recent texts, oldest first.
+        self._counted: dict[str, int] = {}
+        self._blocks: dict[BlockKey, tuple[str, int]] = {}
+
+    def summary_model(self) -> str | None:
+        return self.config.summary_model or self.llm.default_model
+
+    def count(self, text: str) -> int:
+        """Tokens of ``text`` for the summary model. A compression counts the same strings more
+        than once (the rendering ``fit_to_budget`` accepted is the summary text; the previous
+        summary was counted when it was written), so recent answers are kept."""
+        tokens = self._counted.get(text)
+        if tokens is None:
+            tokens = self.llm.count_tokens(text, self.summary_model() or self.llm.default_model)
+            if len(self._counted) >= COUNT_MEMO_SIZE:
+                del self._counted[next(iter(self._counted))]  # the oldest entry
+            self._counted[text] = tokens
+        return tokens
+
+    def framing_tokens(self, lang: str) -> int:
+        """Tokens of the block's framing around the summary text."""
+        return self.count(framing_overhead(lang))  # remembered by count
+
+    def budget(self, context_window: int) -> int:
+        """The summary budget for a chat model's window (``decisions.summary_budget``)."""
+        model = self.summary_model()
+        max_out = self.llm.max_output_tokens(model) if model else None
+        return summary_budget(
+            context_window, self.config.summary_token_ratio, self.config.summary_max_tokens, max_out
+        )
+
+    def text_budget(self, context_window: int, lang: str) -> int:
+        """The budget of the summary text: the block's framing comes out of it."""
+        return self.budget(context_window) - self.framing_tokens(lang)
+
+    def batch_tokens(self, budget: int) -> int:
+        """Transcript tokens one summarizer call takes."""
+        if self.config.batch_tokens:
+            return self.config.batch_tokens
+        model = self.summary_model()
+        window = self.llm.context_window(model) if model else 16_000
+        # Room for the prompt, the previous summary and the answer.
+        return max(1000, int(window * 0.6) - 2 * budget - 1000)
+
+    def cached_block(self, session_id: str, version: int, window: int) -> tuple[str, int] | None:
+        return self._blocks.get((session_id, version, self.budget(window)))
+
+    def block(
+        self, session_id: str, version: int, record: SummaryRecord, window: int
+    ) -> tuple[str, int]:
+        """The injected block for a record version and its tokens, cut to the budget with the
+        same counter that measures it; cached per version so the per-turn cost does not grow
+        with anything."""
+        budget = self.budget(window)
+        key = (session_id, version, budget)
+        cached = self._blocks.get(key)
+        if cached is not None:
+            return cached
+        block = wrap_summary_block(record.text, record.lang)
+        tokens = self.count(block)
+        if tokens > budget:
+            text = record.text
+            lo, hi = 0, len(text)
+            while lo < hi:  # longest prefix whose block fits
+                mid = (lo + hi + 1) // 2
+                if self.count(wrap_summary_block(cut_text(text, mid), record.lang)) <= budget:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            block = wrap_summary_block(cut_text(text, lo), record.lang)
+            tokens = self.count(block)
+        if len(self._blocks) > BLOCK_CACHE_SIZE:
+            self._blocks.clear()
+        self._blocks[key] = (block, tokens)
+        return block, tokens
+
+    def forget_blocks(self) -> None:
+        """Drop every cached block (a clear or a rebuild rewrote records out of turn)."""
+        self._blocks.clear()

@@ -40,11 +40,13 @@ from .decisions import (
     summary_budget,
     turn_triggered,
 )
+from .fitting import render_payload
 from .hygiene import framing_overhead, wrap_summary_block
-from .payload import SummaryPayload, render_payload
 from .record import SummaryRecord, dump_record, read_record
 from .redact import Redactor
-from .render import cut_text, render_transcript
+from .render import render_transcript
+from .summary_model import SummaryPayload
+from .text import cut_text
 
 # The summarizer (``.summarize``, and through it ``.prompts`` and the rules engine) is imported by
 # the compression path on first use: a host that only injects an existing summary never loads it.

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from host_stub.services import MetadataEntry
 
-from .payload import SummaryPayload
+from .summary_model import SummaryPayload
 
 __all__ = ["SCHEMA_VERSION", "SummaryRecord", "read_record"]
 

@@ -8,9 +8,9 @@ The host loads it through the ``host_stub.plugins`` entry point ``memory-summary
 from __future__ import annotations
 
 from .config import MemorySummaryConfig, PayloadCaps
-from .payload import SummaryPayload
 from .plugin import PLUGIN_NAME, MemoryContext, MemorySummaryPlugin
 from .record import SummaryRecord
+from .summary_model import SummaryPayload
 
 __all__ = [
     "PLUGIN_NAME",

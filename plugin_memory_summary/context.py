@@ -8,9 +8,9 @@ from host_stub.services import Snapshot
 
 from .config import MemorySummaryConfig
 from .decisions import conversation_messages
-from .payload import SummaryPayload
 from .record import read_record
 from .render import render_transcript
+from .summary_model import SummaryPayload
 
 __all__ = ["MemoryContext", "memory_context"]
 

@@ -12,9 +12,9 @@ from host_stub.messages import text_of
 from host_stub.services import SUMMARY_NAMESPACE, MemoryService
 
 from .decisions import conversation_messages, split_batches
-from .payload import SummaryPayload
 from .pipeline import Pipeline
 from .record import SummaryRecord, build_record, dump_record, read_record
+from .summary_model import SummaryPayload
 
 __all__ = ["Rebuilt", "mark_stale", "rebuild", "update_record"]
 

@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from host_stub.services import MetadataEntry
 
-from .payload import SummaryPayload, render_payload
+from .fitting import render_payload
+from .summary_model import SummaryPayload
 
 __all__ = [
     "SCHEMA_VERSION",

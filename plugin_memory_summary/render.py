@@ -2,24 +2,24 @@
 
 The summarizer sees text, not message objects, so this module decides what it sees: one labelled
 block per message, tool calls and results named after their tool, everything cut to a bounded
-size. Cuts count code points but end on a grapheme boundary, so a cut never leaves half an emoji,
-a base letter without its accent, or a lone surrogate that would make the request unencodable.
+size. Cuts (``text.cut_text``) count code points but end on a grapheme boundary, so a cut never
+leaves half an emoji, a base letter without its accent, or a lone surrogate that would make the
+request unencodable.
 System messages are core memory and never reach the summarizer.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from typing import Literal
 
 from host_stub.messages import Message, text_of
 
 from ._patterns import lazy_regex
+from .text import cut_text
 
 __all__ = [
     "TranscriptLang",
-    "cut_text",
     "is_tool_error",
     "render_message",
     "render_transcript",
@@ -28,8 +28,6 @@ __all__ = [
 
 TranscriptLang = Literal["en", "zh"]
 
-_GRAPHEME = lazy_regex(r"\X")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 # Every character a model may read as a line break. Continuation lines are indented after each
 # of them so that only the first line of a block starts at column 0: a message whose text
 # contains "assistant: ..." on a line of its own cannot pose as a message of its own.
@@ -52,40 +50,6 @@ _LABELS: dict[str, dict[str, str]] = {
         "error": "工具错误({tool}): ",
     },
 }
-
-
-def _scrub_surrogates(text: str) -> str:
-    """Lone surrogates (from bad JSON or a bad decode upstream) make ``str.encode`` raise, which
-    would fail the whole summarizer request; a well-formed pair written as two code points is
-    joined into its character, any other surrogate becomes U+FFFD."""
-    if _SURROGATE.search(text) is None:
-        return text
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-
-
-def cut_text(text: str, limit: int, marker: str = "…") -> str:
-    """At most ``limit`` code points of ``text``, ending on a grapheme-cluster boundary.
-
-    The ``marker`` is appended only when something was cut and is *not* counted in ``limit``, so
-    the result holds at most ``limit + len(marker)`` code points. A single grapheme cluster longer
-    than ``limit`` is dropped whole rather than split. Lone surrogates are replaced with U+FFFD
-    first, so the result is always encodable as UTF-8.
-    """
-    if limit < 0:
-        raise ValueError(f"limit must be >= 0, got {limit}")
-    # Only a head is looked at, so cutting a 10 MB tool result costs what cutting 200 chars does.
-    # Scrubbing joins at most every other code point, so the head still holds more than ``limit``
-    # code points afterwards; a pair split by the slice lands past the cut.
-    text = _scrub_surrogates(text[: 2 * limit + 2])
-    if len(text) <= limit:
-        return text
-    end = 0
-    # finditer is lazy: only the first ``limit`` code points (and one cluster more) are scanned.
-    for cluster in _GRAPHEME().finditer(text):
-        if cluster.end() > limit:
-            break
-        end = cluster.end()
-    return text[:end] + marker
 
 
 def tool_name_for(messages: Sequence[Message], index: int) -> str:

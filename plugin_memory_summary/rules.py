@@ -18,22 +18,19 @@ from host_stub.messages import Message, text_of, tool_groups
 
 from ._patterns import lazy_regex
 from .config import PayloadCaps
-from .payload import (
-    _SOURCE_TIER,
+from .fitting import apply_caps, fit_lines, fit_to_budget
+from .identifiers import extract_identifiers
+from .summary_model import (
+    SOURCE_TIER,
     InProgressTask,
     SummaryPayload,
     TimelineEvent,
-    _cut,
-    _fit_lines,
-    _group_sources,
-    _one_line,
-    _source_tier,
-    _sources_of,
-    _stronger_source,
-    apply_caps,
-    extract_identifiers,
-    fit_to_budget,
+    group_sources,
+    source_tier,
+    sources_of,
+    stronger_source,
 )
+from .text import collapse_whitespace, cut_text
 
 __all__ = ["rules_merge"]
 
@@ -139,7 +136,7 @@ class _Turn:
 
 
 def _clean_sentence(text: str) -> str:
-    return _one_line(text.replace("**", "").replace("__", "").replace("`", ""))
+    return collapse_whitespace(text.replace("**", "").replace("__", "").replace("`", ""))
 
 
 def _sentences(text: str) -> list[str]:
@@ -247,7 +244,7 @@ def _format_call(call: _Call) -> str:
     try:
         args = json.loads(call.arguments) if call.arguments.strip() else {}
     except ValueError:
-        return f"{call.name}({_one_line(call.arguments)})"
+        return f"{call.name}({collapse_whitespace(call.arguments)})"
     if not isinstance(args, dict):
         return f"{call.name}({json.dumps(args, ensure_ascii=False)})"
     parts = []
@@ -299,10 +296,10 @@ def _rank_identifiers(
 
     def note(ids: list[str], source: str, index: int, specificity: int = 0) -> None:
         for k, ident in enumerate(ids):
-            key = (_source_tier(source), specificity, index, k)
+            key = (source_tier(source), specificity, index, k)
             if ident not in best or key > best[ident]:
                 best[ident] = key
-            sources[ident] = _stronger_source(sources.get(ident), source)
+            sources[ident] = stronger_source(sources.get(ident), source)
 
     for turn in turns:
         if turn.role == "user":
@@ -314,14 +311,14 @@ def _rank_identifiers(
         elif turn.role == "tool":
             ids = extract_identifiers(turn.text)
             note(ids, "tool", turn.index, -len(ids))
-    recorded = _sources_of(previous)
+    recorded = sources_of(previous)
     earlier = [i for i in dict.fromkeys(previous.identifiers) if i not in best]
     for ident in previous.identifiers:
-        sources[ident] = _stronger_source(sources.get(ident), recorded.get(ident, "assistant"))
+        sources[ident] = stronger_source(sources.get(ident), recorded.get(ident, "assistant"))
     ranked: list[str] = []
-    for tier in sorted(_SOURCE_TIER.values()):
-        ranked += [i for i in earlier if _source_tier(sources[i]) == tier]
-        batch = [i for i in best if _source_tier(sources[i]) == tier]
+    for tier in sorted(SOURCE_TIER.values()):
+        ranked += [i for i in earlier if source_tier(sources[i]) == tier]
+        batch = [i for i in best if source_tier(sources[i]) == tier]
         ranked += sorted(batch, key=lambda i: best[i][1:])
     return _merge_items([], ranked), sources
 
@@ -364,7 +361,7 @@ def rules_merge(
     turns = _digest(messages)
 
     def item(text: str) -> str:
-        return _cut(_one_line(text), caps.item_chars)
+        return cut_text(collapse_whitespace(text), caps.item_chars, marker_counts=True)
 
     user_turns = [t for t in turns if t.role == "user"]
     assistant_turns = [t for t in turns if t.role == "assistant"]
@@ -391,7 +388,7 @@ def rules_merge(
         goal = prev.conversation_goal
     else:
         goal = substantive_user[-1] if substantive_user else ""
-    goal = _cut(_one_line(goal), caps.goal_chars)
+    goal = cut_text(collapse_whitespace(goal), caps.goal_chars, marker_counts=True)
 
     # Open questions: previous ones still unanswered, then this batch's.
     reply_keys = [(t.index, _overlap_keys(t.text)) for t in assistant_turns if t.text.strip()]
@@ -478,10 +475,10 @@ def rules_merge(
     hints = [item(spelling[k]) for k in reversed(ranked)]
 
     # Summary: previous plus one highlight line.
-    cares = [_cut(r, caps.item_chars) for r in requests[-2:]]
+    cares = [cut_text(r, caps.item_chars, marker_counts=True) for r in requests[-2:]]
     if not cares:
         firsts = [next((s for s in t.sentences if _is_substantive(s)), "") for t in user_turns]
-        cares = [_cut(s, caps.item_chars) for s in firsts if s][-2:]
+        cares = [cut_text(s, caps.item_chars, marker_counts=True) for s in firsts if s][-2:]
     parts = []
     if cares:
         parts.append(_highlight(labels, "cares", cares))
@@ -496,7 +493,7 @@ def rules_merge(
             lines[same[-1]] = highlight
         else:
             lines.append(highlight)
-    summary = _fit_lines("\n".join(lines), caps.summary_chars)
+    summary = fit_lines("\n".join(lines), caps.summary_chars)
 
     identifiers, identifier_sources = _rank_identifiers(prev, turns)
     merged = SummaryPayload(
@@ -511,6 +508,6 @@ def rules_merge(
         retrieval_hints=_merge_items(prev.retrieval_hints, hints),
         identifiers=identifiers,
         pinned_facts=list(prev.pinned_facts),
-        identifier_sources=_group_sources(identifiers, identifier_sources),
+        identifier_sources=group_sources(identifiers, identifier_sources),
     )
     return fit_to_budget(apply_caps(merged, caps), budget_tokens, count_tokens, lang)

@@ -14,18 +14,13 @@ from host_stub.messages import Message
 from host_stub.services import LLMService
 
 from .config import MemorySummaryConfig
-from .payload import (
-    SummaryPayload,
-    apply_caps,
-    fit_to_budget,
-    parse_summary_output,
-    payload_from_text,
-    plain_text_gate,
-)
+from .fitting import apply_caps, fit_to_budget
+from .parsing import parse_summary_output, payload_from_text, plain_text_gate
 from .prompts import build_summary_messages
 from .redact import RedactionError, Redactor
 from .render import render_transcript
 from .rules import rules_merge
+from .summary_model import SummaryPayload
 
 __all__ = ["SummarizeOutcome", "SummarizerError", "looks_like_prose", "summarize_batches"]
 

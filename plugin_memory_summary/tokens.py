@@ -9,7 +9,7 @@ from .config import MemorySummaryConfig
 from .decisions import summary_budget
 from .hygiene import framing_overhead, wrap_summary_block
 from .record import SummaryRecord
-from .render import cut_text
+from .text import cut_text
 
 __all__ = ["BLOCK_CACHE_SIZE", "COUNT_MEMO_SIZE", "TokenBook"]
 

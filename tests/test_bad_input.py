@@ -34,7 +34,8 @@ from host_stub.memory.sqlite import SQLiteMemory
 from host_stub.messages import Message
 from host_stub.plugins import get_plugin_manager, plugin_config, read_manifest
 from host_stub.transcripts import TranscriptError, load_transcript
-from plugin_memory_summary.render import cut_text, render_transcript
+from plugin_memory_summary.render import render_transcript
+from plugin_memory_summary.text import cut_text
 
 PLUGIN = {
     "threshold": 6,

@@ -19,8 +19,9 @@ from plugin_memory_summary.decisions import (
     plan_compression,
     plan_watermark,
 )
+from plugin_memory_summary.fitting import render_payload
 from plugin_memory_summary.hygiene import SUMMARY_OPEN, wrap_summary_block
-from plugin_memory_summary.payload import SummaryPayload, render_payload
+from plugin_memory_summary.summary_model import SummaryPayload
 
 
 def seq(messages: list[Message], tokens: int = 100) -> list[Message]:

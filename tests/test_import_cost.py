@@ -1,7 +1,8 @@
 """What ``import plugin_memory_summary`` does and does not do, checked in fresh processes without
-timing anything: no litellm, no ``regex`` (every pattern is compiled on first use), no summarizer
-or rules engine, and no pydantic model built (their validators are built on first use). The
-per-turn path (injecting an existing summary) loads neither the summarizer nor the rules engine.
+timing anything: no litellm, no ``regex`` (every pattern is compiled on first use), no summarizer,
+rules engine, output parser or identifier scanner, and no pydantic model built (their validators
+are built on first use). The per-turn path (injecting an existing summary) loads none of those
+four either.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ NOT_AT_IMPORT = (
     "plugin_memory_summary.rules",
     "plugin_memory_summary.prompts",
     "plugin_memory_summary.commands",
+    "plugin_memory_summary.parsing",
+    "plugin_memory_summary.identifiers",
 )
 
 _CHECK = """
@@ -107,7 +110,13 @@ contribution = plugin.agent_prompt(view)
 assert contribution is not None and "book a table for 4" in contribution.content, contribution
 late = sorted(
     m
-    for m in ("litellm", "plugin_memory_summary.summarize", "plugin_memory_summary.rules")
+    for m in (
+        "litellm",
+        "plugin_memory_summary.summarize",
+        "plugin_memory_summary.rules",
+        "plugin_memory_summary.parsing",
+        "plugin_memory_summary.identifiers",
+    )
     if m in sys.modules
 )
 assert late == [], ("loaded by the per-turn path", late)

@@ -9,19 +9,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plugin_memory_summary.config import PayloadCaps
-from plugin_memory_summary.payload import (
-    InProgressTask,
-    SummaryPayload,
-    TimelineEvent,
-    apply_caps,
-    extract_identifiers,
-    fit_to_budget,
+from plugin_memory_summary.fitting import apply_caps, fit_to_budget, render_payload
+from plugin_memory_summary.identifiers import extract_identifiers
+from plugin_memory_summary.parsing import (
     parse_summary_output,
     payload_from_text,
     plain_text_gate,
     refusal_reason,
-    render_payload,
 )
+from plugin_memory_summary.summary_model import InProgressTask, SummaryPayload, TimelineEvent
 
 
 def by_thirds(text: str) -> int:

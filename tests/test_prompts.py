@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from plugin_memory_summary.payload import SummaryPayload
 from plugin_memory_summary.prompts import (
     DEFAULT_PROMPTS,
     PAYLOAD_KEYS,
@@ -14,6 +13,7 @@ from plugin_memory_summary.prompts import (
     defuse_transcript_tags,
     detect_language,
 )
+from plugin_memory_summary.summary_model import SummaryPayload
 
 ASKED_KEYS = [
     n for n in SummaryPayload.model_fields if n not in ("pinned_facts", "identifier_sources")

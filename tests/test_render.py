@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 
 from host_stub.messages import Message, ToolCall, ToolCallFunction
 from plugin_memory_summary.render import (
-    cut_text,
     is_tool_error,
     render_message,
     render_transcript,
     tool_name_for,
 )
+from plugin_memory_summary.text import cut_text
 
 
 def call(call_id: str, name: str, arguments: str = "{}") -> ToolCall:

@@ -15,13 +15,9 @@ from hypothesis import strategies as st
 
 from host_stub.messages import Message, ToolCall, ToolCallFunction
 from plugin_memory_summary.config import PayloadCaps
-from plugin_memory_summary.payload import (
-    IDENTIFIER_SOURCES,
-    SummaryPayload,
-    TimelineEvent,
-    render_payload,
-)
+from plugin_memory_summary.fitting import render_payload
 from plugin_memory_summary.rules import rules_merge
+from plugin_memory_summary.summary_model import IDENTIFIER_SOURCES, SummaryPayload, TimelineEvent
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPS = PayloadCaps()

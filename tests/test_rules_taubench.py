@@ -17,8 +17,9 @@ from datasets import require
 from host_stub.datasets import load_tau_bench, tau_action_identifiers
 from host_stub.messages import Message, text_of, tool_groups
 from plugin_memory_summary.config import PayloadCaps
-from plugin_memory_summary.payload import SummaryPayload, render_payload
+from plugin_memory_summary.fitting import render_payload
 from plugin_memory_summary.rules import rules_merge
+from plugin_memory_summary.summary_model import SummaryPayload
 
 THRESHOLD = 12
 KEEP = 6

@@ -1,0 +1,330 @@
+"""Bounding a payload: caps on every field, the compact rendering that is injected and counted,
+and the reduction that makes that rendering fit a token budget."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .config import PayloadCaps
+from .summary_model import (
+    InProgressTask,
+    SummaryPayload,
+    TimelineEvent,
+    group_sources,
+    source_tier,
+    sources_of,
+)
+from .text import collapse_whitespace, cut_text
+
+__all__ = ["apply_caps", "fit_lines", "fit_to_budget", "render_payload"]
+
+_LIST_FIELDS = ("stable_facts", "user_profile", "decisions", "open_questions", "retrieval_hints")
+
+
+def fit_lines(text: str, limit: int) -> str:
+    """A multi-line rolling text (the summary) shortened to ``limit`` code points: the oldest
+    (first) lines go first; a line that only needs trimming is cut instead of dropped; a single
+    remaining line is cut at its end."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    if limit <= 0:
+        return ""
+    lines = [line for line in text.split("\n") if line.strip()]
+    while len(lines) > 1:
+        total = sum(len(line) for line in lines) + len(lines) - 1
+        excess = total - limit
+        if excess <= 0:
+            break
+        oldest = lines[0]
+        if len(oldest) - excess >= 40:
+            lines[0] = cut_text(oldest, len(oldest) - excess, marker_counts=True)
+            break
+        lines.pop(0)
+    return cut_text("\n".join(lines), limit, marker_counts=True)
+
+
+# --- caps -------------------------------------------------------------------------------------
+
+
+def _cap_items(items: list[str], count: int, chars: int) -> list[str]:
+    """The newest ``count`` distinct non-empty items, each cut to ``chars``; a repeated item keeps
+    its newest position."""
+    cut = [cut_text(collapse_whitespace(i), chars, marker_counts=True) for i in items]
+    cut = [i for i in cut if i]
+    newest_first = list(dict.fromkeys(reversed(cut)))
+    return list(reversed(newest_first[:count])) if count > 0 else []
+
+
+def apply_caps(payload: SummaryPayload, caps: PayloadCaps) -> SummaryPayload:
+    """``payload`` within ``caps``: every list keeps its newest ``list_items`` items (the timeline
+    ``timeline_items``, identifiers the last ``identifiers``: see the ordering convention in
+    ``summary_model``), duplicates removed, each item cut to ``item_chars`` without splitting a
+    grapheme; the goal is cut to ``goal_chars`` and the summary to ``summary_chars`` (oldest
+    lines first). Identifiers
+    are never cut (a cut identifier is a wrong one): one longer than ``item_chars`` is dropped.
+    When the payload records where its identifiers came from (``identifier_sources``), they are
+    first ordered by source, stably: tool-result ones, then assistant (and unrecorded) ones, then
+    the ones a tool call used, then the ones the user typed, so the cap drops the least trusted
+    first.
+    Pinned facts are kept whole and never dropped."""
+    n, chars = caps.list_items, caps.item_chars
+    fields: dict[str, Any] = {
+        name: _cap_items(getattr(payload, name), n, chars) for name in _LIST_FIELDS
+    }
+    tasks = [
+        InProgressTask(
+            goal=cut_text(collapse_whitespace(t.goal), chars, marker_counts=True),
+            done=_cap_items(t.done, n, chars),
+            todo=_cap_items(t.todo, n, chars),
+        )
+        for t in payload.in_progress_tasks
+    ]
+    tasks = [t for t in tasks if t.goal or t.done or t.todo]
+    timeline: list[TimelineEvent] = []
+    seen: set[tuple[str, str]] = set()
+    for event in reversed(payload.timeline):
+        item = TimelineEvent(
+            when=cut_text(collapse_whitespace(event.when), chars, marker_counts=True),
+            event=cut_text(collapse_whitespace(event.event), chars, marker_counts=True),
+        )
+        key = (item.when, item.event)
+        if (item.when or item.event) and key not in seen:
+            seen.add(key)
+            timeline.append(item)
+    identifiers = [i.strip() for i in payload.identifiers]
+    identifiers = [i for i in identifiers if i and len(i) <= chars]
+    identifiers = list(reversed(list(dict.fromkeys(reversed(identifiers)))))
+    sources = sources_of(payload)
+    if sources:
+        # Stable: within a tier the list's own order (oldest first) stays.
+        identifiers.sort(key=lambda i: source_tier(sources.get(i)))
+    kept = identifiers[max(0, len(identifiers) - caps.identifiers) :] if caps.identifiers else []
+    return SummaryPayload(
+        summary=fit_lines(payload.summary, caps.summary_chars),
+        conversation_goal=cut_text(
+            collapse_whitespace(payload.conversation_goal), caps.goal_chars, marker_counts=True
+        ),
+        in_progress_tasks=tasks[-n:],
+        timeline=list(reversed(timeline[: caps.timeline_items])),
+        identifiers=kept,
+        pinned_facts=list(payload.pinned_facts),
+        identifier_sources=group_sources(kept, sources),
+        **fields,
+    )
+
+
+# --- rendering --------------------------------------------------------------------------------
+
+_HEADINGS = {
+    "en": {
+        "sep": ": ",
+        "item_sep": "; ",
+        "conversation_goal": "Goal",
+        "summary": "Summary",
+        "pinned_facts": "Pinned facts",
+        "user_profile": "User profile",
+        "stable_facts": "Facts",
+        "decisions": "Decisions",
+        "in_progress_tasks": "In progress",
+        "open_questions": "Open questions",
+        "timeline": "Timeline",
+        "identifiers": "Identifiers",
+        "retrieval_hints": "Keywords",
+        "done": "done",
+        "todo": "to do",
+    },
+    "zh": {
+        "sep": "：",
+        "item_sep": "；",
+        "conversation_goal": "目标",
+        "summary": "摘要",
+        "pinned_facts": "置顶事实",
+        "user_profile": "用户信息",
+        "stable_facts": "已确认事实",
+        "decisions": "已有结论",
+        "in_progress_tasks": "进行中任务",
+        "open_questions": "待解决问题",
+        "timeline": "时间线",
+        "identifiers": "标识符",
+        "retrieval_hints": "检索关键词",
+        "done": "已完成",
+        "todo": "待办",
+    },
+}
+
+
+def render_payload(payload: SummaryPayload, lang: str = "en") -> str:
+    """The payload as compact text (this is what is injected and counted): one heading per
+    non-empty section, in English or Chinese (``lang`` starting with ``zh``); identifiers and
+    keywords on one line each. An empty payload renders as ``""``."""
+    h = _HEADINGS["zh" if lang.lower().startswith("zh") else "en"]
+    sep, item_sep = h["sep"], h["item_sep"]
+    out: list[str] = []
+
+    def bullets(name: str, items: list[str]) -> None:
+        lines = [f"- {collapse_whitespace(i)}" for i in items if i.strip()]
+        if lines:
+            out.append(f"{h[name]}{sep.rstrip()}")
+            out.extend(lines)
+
+    goal = collapse_whitespace(payload.conversation_goal)
+    if goal:
+        out.append(f"{h['conversation_goal']}{sep}{goal}")
+    summary = payload.summary.strip()
+    if summary:
+        out.append(
+            f"{h['summary']}{sep}{summary}"
+            if "\n" not in summary
+            else f"{h['summary']}{sep.rstrip()}\n{summary}"
+        )
+    bullets("pinned_facts", payload.pinned_facts)
+    bullets("user_profile", payload.user_profile)
+    bullets("stable_facts", payload.stable_facts)
+    bullets("decisions", payload.decisions)
+    tasks = []
+    for task in payload.in_progress_tasks:
+        line = collapse_whitespace(task.goal)
+        done = item_sep.join(collapse_whitespace(d) for d in task.done if d.strip())
+        todo = item_sep.join(collapse_whitespace(t) for t in task.todo if t.strip())
+        if done:
+            line += f" ({h['done']}{sep}{done})"
+        if todo:
+            line += f" ({h['todo']}{sep}{todo})"
+        if line.strip():
+            tasks.append(line.strip())
+    bullets("in_progress_tasks", tasks)
+    bullets("open_questions", payload.open_questions)
+    events = [
+        (f"[{collapse_whitespace(e.when)}] " if e.when.strip() else "")
+        + collapse_whitespace(e.event)
+        for e in payload.timeline
+    ]
+    bullets("timeline", events)
+    for name in ("identifiers", "retrieval_hints"):
+        items = [i.strip() for i in getattr(payload, name) if i.strip()]
+        if items:
+            out.append(f"{h[name]}{sep}{', '.join(items)}")
+    return "\n".join(out)
+
+
+# --- fitting a token budget -------------------------------------------------------------------
+
+_ORDERED_LISTS = (
+    "timeline",
+    "stable_facts",
+    "decisions",
+    "in_progress_tasks",
+    "open_questions",
+    "user_profile",
+)
+
+
+def _materialize(base: SummaryPayload, state: dict[str, int]) -> SummaryPayload:
+    def tail(items: list[Any], keep: int) -> list[Any]:
+        return list(items[len(items) - keep :]) if keep > 0 else []
+
+    identifiers = tail(base.identifiers, state["identifiers"])
+
+    return SummaryPayload(
+        summary=fit_lines(base.summary, state["summary"]),
+        conversation_goal=cut_text(
+            base.conversation_goal.strip(), state["conversation_goal"], marker_counts=True
+        ),
+        stable_facts=tail(base.stable_facts, state["stable_facts"]),
+        user_profile=tail(base.user_profile, state["user_profile"]),
+        decisions=tail(base.decisions, state["decisions"]),
+        open_questions=tail(base.open_questions, state["open_questions"]),
+        in_progress_tasks=[
+            t.model_copy(deep=True)
+            for t in tail(base.in_progress_tasks, state["in_progress_tasks"])
+        ],
+        timeline=[e.model_copy() for e in tail(base.timeline, state["timeline"])],
+        retrieval_hints=tail(base.retrieval_hints, state["retrieval_hints"]),
+        identifiers=identifiers,
+        # Pinned facts are dropped from the newest end: only the last resort gets here.
+        pinned_facts=list(base.pinned_facts[: state["pinned_facts"]]),
+        identifier_sources=group_sources(identifiers, sources_of(base)),
+    )
+
+
+def _reduction_states(base: SummaryPayload) -> list[dict[str, int]]:
+    """Ever smaller versions of ``base`` as keep-counts / character limits, in sacrifice order:
+    keywords; then every list down to a few newest items and the summary to half; then the lists
+    entirely; the summary; the goal; identifiers (lowest priority first); pinned facts last."""
+    state = {
+        name: len(getattr(base, name))
+        for name in (*_ORDERED_LISTS, "retrieval_hints", "identifiers", "pinned_facts")
+    }
+    state["summary"] = len(base.summary.strip())
+    state["conversation_goal"] = len(base.conversation_goal.strip())
+    states = [dict(state)]
+
+    def shrink_list(name: str, floor: int) -> None:
+        while state[name] > floor:
+            state[name] -= 1
+            states.append(dict(state))
+
+    def shrink_text(name: str, floor: int) -> None:
+        length = state[name]
+        step = max(8, -(-length // 48))
+        while length > floor:
+            length = max(floor, length - step)
+            state[name] = length
+            states.append(dict(state))
+
+    shrink_list("retrieval_hints", 0)
+    for name in _ORDERED_LISTS:
+        shrink_list(name, 1 if name == "in_progress_tasks" else 3)
+    shrink_text("summary", state["summary"] // 2)
+    for name in _ORDERED_LISTS:
+        shrink_list(name, 0)
+    shrink_text("summary", 0)
+    shrink_text("conversation_goal", 0)
+    shrink_list("identifiers", 0)
+    shrink_list("pinned_facts", 0)
+    return states
+
+
+def fit_to_budget(
+    payload: SummaryPayload,
+    budget_tokens: int,
+    count_tokens: Callable[[str], int],
+    lang: str = "en",
+) -> SummaryPayload:
+    """``payload`` reduced until ``count_tokens(render_payload(p, lang)) <= budget_tokens``.
+
+    Sacrifice order (see ``_reduction_states``): retrieval keywords, the oldest timeline events,
+    facts, decisions, tasks, open questions and profile entries (first down to a few, with the
+    summary halved, then entirely), then the summary (oldest lines first), the goal, identifiers
+    (from the head of the list: oldest / lowest priority), and as the very last resort pinned
+    facts, dropped whole from the newest end. The candidates form one shrinking sequence; a
+    binary search over it takes about log2(length) counts. The result always fits, except when
+    even the empty rendering does not (``count_tokens("") > budget_tokens``): then the empty
+    payload is returned. Always terminates."""
+    base = payload.model_copy(deep=True)
+    if count_tokens(render_payload(base, lang)) <= budget_tokens:
+        return base
+    states = _reduction_states(base)
+    cache: dict[int, tuple[SummaryPayload, bool]] = {}
+
+    def fits(index: int) -> bool:
+        if index not in cache:
+            candidate = _materialize(base, states[index])
+            cache[index] = (
+                candidate,
+                count_tokens(render_payload(candidate, lang)) <= budget_tokens,
+            )
+        return cache[index][1]
+
+    low, high = 1, len(states) - 1  # states[0] (the original) does not fit
+    if high < low or not fits(high):
+        return SummaryPayload()
+    while low < high:
+        middle = (low + high) // 2
+        if fits(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return cache[high][0]

@@ -1,0 +1,133 @@
+"""The structured summary: what the summarizer returns (as JSON), what the rules engine builds,
+and the bookkeeping of where its identifiers came from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "IDENTIFIER_SOURCES",
+    "SOURCE_TIER",
+    "InProgressTask",
+    "SummaryPayload",
+    "TimelineEvent",
+    "group_sources",
+    "source_tier",
+    "sources_of",
+    "stronger_source",
+]
+
+
+#: Where an identifier can come from, least trusted first: a tool result, an assistant's text,
+#: a tool call's arguments, the user's text.
+IDENTIFIER_SOURCES: tuple[str, ...] = ("tool", "assistant", "argument", "user")
+
+
+# The models build their validators on first use, not at import (``defer_build``).
+class InProgressTask(BaseModel):
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    goal: str = ""
+    done: list[str] = Field(default_factory=list)
+    todo: list[str] = Field(default_factory=list)
+
+
+class TimelineEvent(BaseModel):
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    when: str = ""
+    event: str = ""
+
+
+class SummaryPayload(BaseModel):
+    """What the summarizer returns (as JSON) and what the rules engine builds."""
+
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    summary: str = ""
+    conversation_goal: str = ""
+    stable_facts: list[str] = Field(default_factory=list)
+    user_profile: list[str] = Field(default_factory=list)
+    decisions: list[str] = Field(default_factory=list)
+    open_questions: list[str] = Field(default_factory=list)
+    in_progress_tasks: list[InProgressTask] = Field(default_factory=list)
+    timeline: list[TimelineEvent] = Field(default_factory=list)
+    retrieval_hints: list[str] = Field(default_factory=list)
+    identifiers: list[str] = Field(default_factory=list)
+    #: Facts a user pinned: every later merge keeps them, whatever the summarizer returns.
+    pinned_facts: list[str] = Field(default_factory=list)
+    #: Bookkeeping, never rendered and never asked of a model: where the identifiers were seen,
+    #: as source -> identifiers (sources: ``IDENTIFIER_SOURCES``). The rules engine writes it so
+    #: an identifier the user typed stays ahead of tool-result ones across merges, whatever the
+    #: rest of the payload still says. An identifier listed under no source counts as
+    #: ``"assistant"`` (a model-written payload carries none). Identifiers are list values, not
+    #: keys, so redacting the payload's string values redacts them here too.
+    identifier_sources: dict[str, list[str]] = Field(default_factory=dict)
+
+    @field_validator("identifier_sources", mode="before")
+    @classmethod
+    def _known_sources(cls, value: Any) -> dict[str, list[str]]:
+        """Only known sources and string identifiers; anything else is dropped (a damaged
+        bookkeeping field must never make a stored record unreadable)."""
+        if not isinstance(value, dict):
+            return {}
+        out: dict[str, list[str]] = {}
+        for source in IDENTIFIER_SOURCES:
+            items = value.get(source)
+            if isinstance(items, list):
+                kept = [i for i in items if isinstance(i, str) and i.strip()]
+                if kept:
+                    out[source] = list(dict.fromkeys(kept))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Ordering convention
+#
+# Every list in a payload is ordered oldest (least important) first, newest (most important)
+# last. Caps and the budget fitter drop from the head, so the tail survives longest. For
+# ``identifiers`` the rules engine sorts by priority as well as recency (identifiers a user typed
+# outrank ones a tool call used, which outrank ones an assistant wrote, which outrank ones that
+# only appeared in a tool result), so "the tail" means "the identifiers most worth keeping". The
+# priority is remembered across merges in ``identifier_sources``; ``apply_caps`` orders by it.
+# ---------------------------------------------------------------------------------------------
+
+#: The caps and the budget fitter keep higher tiers longer: what the user typed, over what a
+#: tool call used, over what an assistant wrote, over what only a tool returned. An identifier
+#: seen from several sources keeps the highest.
+SOURCE_TIER = {name: tier for tier, name in enumerate(IDENTIFIER_SOURCES, start=1)}
+_DEFAULT_SOURCE = "assistant"
+
+
+def stronger_source(a: str | None, b: str) -> str:
+    """The more trusted of two sources (``a`` may be unknown)."""
+    if a is None or SOURCE_TIER[b] > SOURCE_TIER[a]:
+        return b
+    return a
+
+
+def sources_of(payload: SummaryPayload) -> dict[str, str]:
+    """identifier -> its recorded source (the most trusted when listed twice); identifiers
+    listed under no source are absent (they count as ``"assistant"``)."""
+    found: dict[str, str] = {}
+    for source in IDENTIFIER_SOURCES:
+        for ident in payload.identifier_sources.get(source, []):
+            found[ident.strip()] = stronger_source(found.get(ident.strip()), source)
+    return found
+
+
+def source_tier(source: str | None) -> int:
+    return SOURCE_TIER[source or _DEFAULT_SOURCE]
+
+
+def group_sources(identifiers: list[str], by_id: dict[str, str]) -> dict[str, list[str]]:
+    """The bookkeeping field for ``identifiers``: the recorded ones grouped by source, in the
+    order of ``identifiers``; the others left out (they count as ``"assistant"``)."""
+    groups: dict[str, list[str]] = {}
+    for ident in identifiers:
+        source = by_id.get(ident)
+        if source is not None:
+            groups.setdefault(source, []).append(ident)
+    return {s: groups[s] for s in IDENTIFIER_SOURCES if s in groups}

@@ -1,0 +1,65 @@
+"""Cutting text to a length, and squeezing it onto one line.
+
+One cutter serves the transcript (what the summarizer reads) and the payload (what a cap bounds).
+Both count code points, end on a grapheme-cluster boundary (never half an emoji, a base letter
+without its accent, or a flag split in two) and replace lone surrogates first, so a result is
+always encodable as UTF-8. They differ only in how the marker that flags a cut is accounted for.
+"""
+
+from __future__ import annotations
+
+from host_stub.messages import scrub_surrogates
+
+from ._patterns import lazy_regex
+
+__all__ = ["ELLIPSIS", "collapse_whitespace", "cut_text"]
+
+#: The marker appended to cut text.
+ELLIPSIS = "…"
+
+_GRAPHEME = lazy_regex(r"\X")
+
+
+def collapse_whitespace(text: str) -> str:
+    """``text`` on one line: every run of whitespace (line breaks included) becomes one space,
+    none at either end."""
+    return " ".join(text.split())
+
+
+def cut_text(text: str, limit: int, marker: str = ELLIPSIS, *, marker_counts: bool = False) -> str:
+    """``text`` cut to ``limit`` code points, ending on a grapheme-cluster boundary; ``marker`` is
+    appended only when something was cut. A grapheme cluster that does not fit is dropped whole
+    rather than split. Lone surrogates are replaced with U+FFFD first (a pair written as two code
+    points is joined), so the result is always encodable as UTF-8.
+
+    ``marker_counts=False`` (the transcript): the marker is *not* counted in ``limit``, so the
+    result holds at most ``limit + len(marker)`` code points; a negative ``limit`` is an error.
+
+    ``marker_counts=True`` (payload fields, which a cap bounds): the whole result, marker included,
+    holds at most ``limit`` code points; whitespace left before the marker is dropped; a marker
+    that would leave no room (``limit <= len(marker)``) is left out; ``limit <= 0`` gives ``""``.
+    """
+    if marker_counts:
+        if limit <= 0:
+            return ""
+    elif limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    # Only a head is looked at, so cutting a 10 MB tool result costs what cutting 200 chars does.
+    # Scrubbing joins at most every other code point, so the head still holds more than ``limit``
+    # code points afterwards; a pair split by the slice lands past the cut.
+    text = scrub_surrogates(text[: 2 * limit + 2])
+    if len(text) <= limit:
+        return text
+    room = limit
+    if marker_counts:
+        if limit <= len(marker):
+            marker = ""
+        room = limit - len(marker)
+    end = 0
+    # finditer is lazy: only the first ``room`` code points (and one cluster more) are scanned.
+    for cluster in _GRAPHEME().finditer(text):
+        if cluster.end() > room:
+            break
+        end = cluster.end()
+    head = text[:end].rstrip() if marker_counts else text[:end]
+    return head + marker

@@ -29,8 +29,16 @@ class PayloadCaps(BaseModel):
     )
     list_items: int = Field(default=6, ge=1, le=100, description="Items per list field.")
     item_chars: int = Field(default=80, ge=10, le=10_000, description="Characters per list item.")
-    identifiers: int = Field(default=40, ge=0, le=1000, description="Identifiers carried verbatim.")
+    identifiers: int = Field(
+        default=200, ge=0, le=10_000, description="Identifiers carried verbatim."
+    )
     timeline_items: int = Field(default=12, ge=1, le=200, description="Events on the timeline.")
+    excerpt_chars: int = Field(
+        default=300,
+        ge=20,
+        le=10_000,
+        description="Characters per sentence the rules engine keeps verbatim (a longer one is kept as whole clauses).",
+    )
 
 
 class MemorySummaryConfig(BaseModel):
@@ -43,17 +51,17 @@ class MemorySummaryConfig(BaseModel):
         default="summary",
         description="`summary` summarizes and archives; `window` only archives old messages; `off` does nothing.",
     )
-    threshold: int = Field(
-        default=30,
+    threshold: int | None = Field(
+        default=None,
         ge=2,
         le=100_000,
-        description="Compress after a turn once this many active messages (markers excluded) exist.",
+        description="Also compress after a turn once this many active messages (markers excluded) exist; unset = off (the watermarks decide).",
     )
-    keep_recent: int = Field(
-        default=20,
+    keep_recent: int | None = Field(
+        default=None,
         ge=1,
         le=100_000,
-        description="Newest messages kept verbatim after a compression (must be < threshold).",
+        description="At most this many newest messages kept verbatim after a compression (must be < threshold); unset = as many as fit the fill target.",
     )
     keep_recent_tokens: int | None = Field(
         default=None,
@@ -61,19 +69,19 @@ class MemorySummaryConfig(BaseModel):
         description="If set, the kept window also holds at most this many tokens.",
     )
     summary_token_ratio: float = Field(
-        default=0.05,
+        default=0.5,
         gt=0,
         le=1,
-        description="Summary budget as a share of the chat model's context window (at least 512 tokens).",
+        description="Summary budget as a share of the chat model's context window (at least 512 tokens); small windows give memory half the room.",
     )
     summary_max_tokens: int = Field(
-        default=2000,
+        default=4000,
         ge=0,
         le=1_000_000,
         description="Cap on the summary budget; 0 = no cap.",
     )
     auto_compress_threshold: float = Field(
-        default=0.7,
+        default=0.8,
         ge=0,
         le=1,
         description="Soft watermark: context usage ratio that starts a background compression; 0 = off.",
@@ -97,10 +105,10 @@ class MemorySummaryConfig(BaseModel):
         description="Turns (user messages) between two turn-triggered compressions.",
     )
     min_gain: float = Field(
-        default=0.2,
+        default=0.15,
         ge=0,
         le=1,
-        description="A watermark compression must be able to free this share of the context window.",
+        description="A watermark compression must be able to free this share of the context window; it cuts down to the fill target (the mark less this share).",
     )
     cooldown_s: float = Field(
         default=30.0,
@@ -193,7 +201,11 @@ class MemorySummaryConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_relations(self) -> MemorySummaryConfig:
-        if self.keep_recent >= self.threshold:
+        if (
+            self.keep_recent is not None
+            and self.threshold is not None
+            and self.keep_recent >= self.threshold
+        ):
             raise ValueError(
                 f"keep_recent ({self.keep_recent}) must be smaller than threshold ({self.threshold})"
             )
@@ -203,6 +215,17 @@ class MemorySummaryConfig(BaseModel):
                 f"auto_compress_threshold ({soft}) must be below hard_compress_threshold ({hard})"
             )
         return self
+
+    @property
+    def fill_target(self) -> float:
+        """Share of the window a compression cuts the prompt down to (the summary at its full
+        budget included): the soft mark (else the hard one) less ``min_gain``."""
+        mark = (
+            self.auto_compress_threshold
+            if self.soft_enabled
+            else (self.hard_compress_threshold if self.hard_enabled else 0.7)
+        )
+        return max(0.1, mark - self.min_gain)
 
     @property
     def hard_enabled(self) -> bool:

@@ -17,11 +17,16 @@ __all__ = [
     "Cut",
     "conversation_messages",
     "cut_point",
+    "fill_keep_tokens",
+    "fixed_tokens",
+    "tail_room_cap",
     "gain_estimate",
     "hard_triggered",
     "soft_triggered",
     "split_batches",
     "summary_budget",
+    "summary_growth",
+    "SUMMARY_GROWTH",
     "turn_triggered",
     "WatermarkPlan",
     "plan_compression",
@@ -64,12 +69,38 @@ def summary_budget(
     return budget
 
 
+def fixed_tokens(breakdown: Mapping[str, int]) -> int:
+    """What no compression can shrink, from a usage breakdown: the system prompt (and other
+    plugins' contributions), tool definitions, the reply reserve."""
+    return (
+        breakdown.get("system", 0)
+        + breakdown.get("tool_defs", 0)
+        + breakdown.get("reserved_for_reply", 0)
+    )
+
+
+#: The summary takes at most this share of what the fill target leaves after the fixed parts,
+#: so the verbatim tail keeps the rest even when a reply reserve takes much of a small window.
+SUMMARY_SHARE_OF_ROOM = 0.75
+
+
+def tail_room_cap(context_window: int, fill_target: float, fixed: int) -> int:
+    """The most the summary may take so the kept tail still has room (at least 128 tokens)."""
+    room = int(fill_target * context_window) - fixed
+    return max(128, int(SUMMARY_SHARE_OF_ROOM * room))
+
+
 def turn_triggered(
-    outcome: str, active: int, threshold: int, turns_since_last: int | None, debounce_turns: int
+    outcome: str,
+    active: int,
+    threshold: int | None,
+    turns_since_last: int | None,
+    debounce_turns: int,
 ) -> bool:
-    """After a turn: not aborted or failed, enough active messages, enough turns since the last
-    compression (``None`` = never compressed)."""
-    if outcome in ("aborted", "error"):
+    """After a turn: the message-count trigger is on (``threshold`` set), the turn was not
+    aborted or failed, enough active messages, enough turns since the last compression
+    (``None`` = never compressed)."""
+    if threshold is None or outcome in ("aborted", "error"):
         return False
     if active < threshold:
         return False
@@ -94,14 +125,15 @@ class Cut:
 
 
 def cut_point(
-    messages: Sequence[Message], keep_recent: int, keep_recent_tokens: int | None = None
+    messages: Sequence[Message], keep_recent: int | None, keep_recent_tokens: int | None = None
 ) -> Cut | None:
-    """Keep the newest ``keep_recent`` conversation messages (and at most ``keep_recent_tokens``
-    of them, but always the newest one); move the cut earlier so an assistant tool-call message
-    and all its results stay on one side. ``None`` when nothing would be summarized."""
+    """Keep the newest ``keep_recent`` conversation messages (``None``: no count limit) and at
+    most ``keep_recent_tokens`` of them, but always the newest one; then keep the newest user
+    message too (some providers refuse a prompt without one), and move the cut earlier so an
+    assistant tool-call message and all its results stay on one side. ``None`` when nothing
+    would be summarized."""
     conv = conversation_messages(messages)
-    keep = max(1, keep_recent)
-    start = max(0, len(conv) - keep)
+    start = 0 if keep_recent is None else max(0, len(conv) - max(1, keep_recent))
     if keep_recent_tokens is not None:
         total = 0
         first = len(conv)
@@ -111,6 +143,9 @@ def cut_point(
                 break
             first = i
         start = first
+    last_user = max((i for i, m in enumerate(conv) if m.role == "user"), default=None)
+    if last_user is not None and last_user < start:
+        start = last_user
     for g_start, g_end, _ in tool_groups(conv):
         if g_start < start < g_end:
             start = g_start
@@ -190,6 +225,37 @@ def plan_watermark(
     return WatermarkPlan(max(newest_tokens, target - fixed_tokens - summary_budget_tokens))
 
 
+def fill_keep_tokens(
+    *,
+    context_window: int,
+    fill_target: float,
+    fixed_tokens: int,
+    summary_budget_tokens: int,
+    newest_tokens: int,
+) -> int:
+    """Tokens of verbatim history kept so that the prompt, with what cannot be compressed and
+    the summary at its full budget, takes ``fill_target`` of the window (always the newest
+    message): the window is filled, not a fixed message count."""
+    room = int(fill_target * context_window) - fixed_tokens - summary_budget_tokens
+    return max(newest_tokens, room)
+
+
+#: A compression's summary grows by at most this share of what it archives (up to its budget),
+#: so every compression frees at least the rest: an extractive merge would otherwise move the
+#: archived text into a summary with room to spare and free nothing.
+SUMMARY_GROWTH = 0.5
+
+
+#: ... but a small compression may always add this much (a sentence or two).
+SUMMARY_GROWTH_FLOOR = 64
+
+
+def summary_growth(archived_tokens: int, summary_tokens_now: int, budget_tokens: int) -> int:
+    """How many tokens the summary may grow by when ``archived_tokens`` are folded into it."""
+    share = max(int(SUMMARY_GROWTH * archived_tokens), min(archived_tokens, SUMMARY_GROWTH_FLOOR))
+    return min(max(0, budget_tokens - summary_tokens_now), share)
+
+
 def gain_estimate(
     *,
     archived_tokens: int,
@@ -198,8 +264,8 @@ def gain_estimate(
     context_window: int,
 ) -> float:
     """Share of the window a compression frees at worst: what it archives, minus how much the
-    summary may grow (up to its full budget, and never by more than what it takes in)."""
-    growth = min(max(0, summary_budget_tokens - summary_tokens_now), archived_tokens)
+    summary may grow (``summary_growth``)."""
+    growth = summary_growth(archived_tokens, summary_tokens_now, summary_budget_tokens)
     return (archived_tokens - growth) / max(1, context_window)
 
 
@@ -223,14 +289,15 @@ def plan_compression(
     messages: Sequence[Message],
     *,
     reason: str,
-    threshold: int,
-    keep_recent: int,
+    threshold: int | None,
+    keep_recent: int | None,
     keep_recent_tokens: int | None,
     context_window: int,
     mark: float | None,
     min_gain: float,
     breakdown: Mapping[str, int],
     aim: float | None = None,
+    fill_target: float | None = None,
     summary_budget_tokens: int,
     batch_tokens: int,
     max_batches: int,
@@ -242,23 +309,29 @@ def plan_compression(
     ``messages`` is the active history (system messages are core memory, markers are ignored);
     ``mark`` the watermark that fired (``None`` for a turn or a manual request), ``aim`` a lower
     mark that fired with it (see :func:`plan_watermark`) and ``breakdown`` the host's usage
-    breakdown at that moment (empty = unknown)."""
+    breakdown at that moment (empty = unknown). Without a mark, and with neither
+    ``keep_recent`` nor ``keep_recent_tokens`` set, the kept window is what fits under
+    ``fill_target`` of the window next to the summary at its full budget (see
+    :func:`fill_keep_tokens`)."""
     conv = conversation_messages(messages)
-    if reason == "turn" and len(conv) < threshold:
+    if reason == "turn" and (threshold is None or len(conv) < threshold):
         return CompressionPlan(skip=f"{len(conv)} messages, below threshold {threshold}")
     nothing = f"nothing to compress ({len(conv)} active messages)"
     if len(conv) <= 1:
         return CompressionPlan(skip=nothing)
     keep_tokens = keep_recent_tokens
     use_marks = bool(mark) and bool(breakdown)
-    if use_marks:
-        core = sum(m.tokens or 0 for m in messages if m.role == "system" and m.kind == "message")
-        fixed = (
-            breakdown.get("system", 0)
-            + breakdown.get("tool_defs", 0)
-            + breakdown.get("reserved_for_reply", 0)
-            + core
+    core = sum(m.tokens or 0 for m in messages if m.role == "system" and m.kind == "message")
+    fixed = fixed_tokens(breakdown) + core
+    if not use_marks and keep_tokens is None and keep_recent is None:
+        keep_tokens = fill_keep_tokens(
+            context_window=context_window,
+            fill_target=0.5 if fill_target is None else fill_target,
+            fixed_tokens=fixed,
+            summary_budget_tokens=summary_budget_tokens,
+            newest_tokens=conv[-1].tokens or 0,
         )
+    if use_marks:
         plan = plan_watermark(
             context_window=context_window,
             mark=mark or 0.0,

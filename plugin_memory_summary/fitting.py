@@ -3,11 +3,12 @@ and the reduction that makes that rendering fit a token budget."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .config import PayloadCaps
 from .summary_model import (
+    Excerpt,
     InProgressTask,
     SummaryPayload,
     TimelineEvent,
@@ -17,7 +18,7 @@ from .summary_model import (
 )
 from .text import collapse_whitespace, cut_text
 
-__all__ = ["apply_caps", "fit_lines", "fit_to_budget", "render_payload"]
+__all__ = ["apply_caps", "excerpt_lines", "fit_lines", "fit_to_budget", "render_payload"]
 
 _LIST_FIELDS = ("stable_facts", "user_profile", "decisions", "open_questions", "retrieval_hints")
 
@@ -101,6 +102,13 @@ def apply_caps(payload: SummaryPayload, caps: PayloadCaps) -> SummaryPayload:
         # Stable: within a tier the list's own order (oldest first) stays.
         identifiers.sort(key=lambda i: source_tier(sources.get(i)))
     kept = identifiers[max(0, len(identifiers) - caps.identifiers) :] if caps.identifiers else []
+    excerpts: list[Excerpt] = []
+    said: set[str] = set()
+    for excerpt in reversed(payload.excerpts):  # the most important (last) wins a duplicate
+        text = cut_text(collapse_whitespace(excerpt.text), caps.excerpt_chars, marker_counts=True)
+        if text and text.lower() not in said:
+            said.add(text.lower())
+            excerpts.append(excerpt.model_copy(update={"text": text}))
     return SummaryPayload(
         summary=fit_lines(payload.summary, caps.summary_chars),
         conversation_goal=cut_text(
@@ -109,6 +117,7 @@ def apply_caps(payload: SummaryPayload, caps: PayloadCaps) -> SummaryPayload:
         in_progress_tasks=tasks[-n:],
         timeline=list(reversed(timeline[: caps.timeline_items])),
         identifiers=kept,
+        excerpts=list(reversed(excerpts)),
         pinned_facts=list(payload.pinned_facts),
         identifier_sources=group_sources(kept, sources),
         **fields,
@@ -131,6 +140,7 @@ _HEADINGS = {
         "open_questions": "Open questions",
         "timeline": "Timeline",
         "identifiers": "Identifiers",
+        "excerpts": "Record (said in the conversation; #n = message number)",
         "retrieval_hints": "Keywords",
         "done": "done",
         "todo": "to do",
@@ -148,6 +158,7 @@ _HEADINGS = {
         "open_questions": "待解决问题",
         "timeline": "时间线",
         "identifiers": "标识符",
+        "excerpts": "对话记录（原话；#n 为消息编号）",
         "retrieval_hints": "检索关键词",
         "done": "已完成",
         "todo": "待办",
@@ -202,16 +213,56 @@ def render_payload(payload: SummaryPayload, lang: str = "en") -> str:
         for e in payload.timeline
     ]
     bullets("timeline", events)
+    bullets("excerpts", excerpt_lines(payload.excerpts))
+    said = "\n".join(out)
     for name in ("identifiers", "retrieval_hints"):
+        # An identifier the text above already says verbatim is not said twice.
         items = [i.strip() for i in getattr(payload, name) if i.strip()]
+        if name == "identifiers":
+            items = [i for i in items if i not in said]
         if items:
             out.append(f"{h[name]}{sep}{', '.join(items)}")
     return "\n".join(out)
 
 
+def excerpt_lines(excerpts: Sequence[Excerpt], *, per_line: int = 12) -> list[str]:
+    """Excerpts in conversation order, one line per date (or stretch of nearby messages, at
+    most ``per_line`` sentences): ``[8 May, 2023 #12-30] Caroline: … Melanie: …``; the speaker
+    is named where it changes."""
+    ordered = sorted(excerpts, key=lambda e: (e.seq, e.part))
+    groups: list[list[Excerpt]] = []
+    for e in ordered:
+        last = groups[-1] if groups else None
+        if (
+            last is not None
+            and len(last) < per_line
+            and last[-1].when.strip() == e.when.strip()
+            and (e.when.strip() or e.seq - last[-1].seq <= 12)
+        ):
+            last.append(e)
+        else:
+            groups.append([e])
+    lines = []
+    for group in groups:
+        first, final = group[0].seq, group[-1].seq
+        seqs = f"#{first}" if first == final else f"#{first}-{final}"
+        when = group[0].when.strip()
+        parts: list[str] = []
+        speaker = None
+        for e in group:
+            text = collapse_whitespace(e.text)
+            if e.speaker and e.speaker != speaker:
+                text = f"{e.speaker}: {text}"
+                speaker = e.speaker
+            parts.append(text)
+        lines.append(f"[{when + ' ' if when else ''}{seqs}] " + " ".join(parts))
+    return lines
+
+
 # --- fitting a token budget -------------------------------------------------------------------
 
 _ORDERED_LISTS = (
+    "excerpts",
     "timeline",
     "stable_facts",
     "decisions",
@@ -241,6 +292,7 @@ def _materialize(base: SummaryPayload, state: dict[str, int]) -> SummaryPayload:
             for t in tail(base.in_progress_tasks, state["in_progress_tasks"])
         ],
         timeline=[e.model_copy() for e in tail(base.timeline, state["timeline"])],
+        excerpts=[e.model_copy() for e in tail(base.excerpts, state["excerpts"])],
         retrieval_hints=tail(base.retrieval_hints, state["retrieval_hints"]),
         identifiers=identifiers,
         # Pinned facts are dropped from the newest end: only the last resort gets here.

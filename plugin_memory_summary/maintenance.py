@@ -47,7 +47,10 @@ async def rebuild(pipeline: Pipeline, session_id: str) -> Rebuilt:
     if record is None and not archived:
         return Rebuilt("empty")  # nothing summarized yet: only history to compress
     payload = SummaryPayload(pinned_facts=record.payload.pinned_facts if record else [])
-    budget = tokens.budget(pipeline.context_window(session_id))
+    state = pipeline.sessions.peek(session_id)
+    budget = tokens.budget(
+        pipeline.context_window(session_id), state.breakdown if state is not None else None
+    )
     lang = record.lang if record else detect_language(text_of(m.content) for m in archived[-40:])
     if archived:
         outcome = await summarize_batches(

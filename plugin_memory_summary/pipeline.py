@@ -138,6 +138,7 @@ class Pipeline:
             context_window=window,
             mark=mark,
             aim=aim,
+            fill_target=cfg.fill_target,
             min_gain=cfg.min_gain,
             breakdown=breakdown,
             summary_budget_tokens=budget,
@@ -208,7 +209,7 @@ class Pipeline:
         record = read_record(snap.record, snap.epoch)
         conv = conversation_messages(snap.messages)
         window = self.context_window(session_id)
-        budget = self.tokens.budget(window)
+        budget = self.tokens.budget(window, state.breakdown)
         plan = self.plan(snap.messages, reason, state.breakdown, window, budget)
         if plan.skip is not None:
             if plan.blocked is not None:
@@ -317,7 +318,7 @@ class Pipeline:
         # Built now (off the turn for a background run); the record's version grows by one on
         # every write, so the commit made it expected + 1.
         _, block_tokens = self.tokens.block(
-            run.session_id, run.expected_version + 1, new, run.window
+            run.session_id, run.expected_version + 1, new, run.budget
         )
         summary_tokens = self.tokens.count(new.text)
         run.stats.update(

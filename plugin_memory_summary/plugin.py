@@ -150,16 +150,14 @@ class MemorySummaryPlugin:
         state.context_window = view.context_window
         if self.config.strategy != "summary" or view.summary is None:
             return None
-        cached = self.tokens.cached_block(
-            view.session_id, view.summary.version, view.context_window
-        )
+        # The budget the last usage breakdown gives (the view of this hook has none yet).
+        budget = self.tokens.budget(view.context_window, state.breakdown)
+        cached = self.tokens.cached_block(view.session_id, view.summary.version, budget)
         if cached is None:
             record = read_record(view.summary, view.epoch)
             if record is None or record.stale or not record.text:
                 return None
-            cached = self.tokens.block(
-                view.session_id, view.summary.version, record, view.context_window
-            )
+            cached = self.tokens.block(view.session_id, view.summary.version, record, budget)
         return Contribution(id=PLUGIN_NAME, anchor="context", content=cached[0])
 
     @hookimpl

@@ -24,7 +24,8 @@ __all__ = [
 ]
 
 #: The keys the summarizer must return: SummaryPayload's fields minus ``pinned_facts``, which
-#: the user sets and the merge keeps, so the model is never asked for it.
+#: the user sets and the merge keeps, and the bookkeeping and verbatim record the rules engine
+#: keeps (``identifier_sources``, ``excerpts``), so the model is never asked for them.
 PAYLOAD_KEYS: tuple[str, ...] = (
     "summary",
     "conversation_goal",

@@ -18,13 +18,14 @@ from host_stub.messages import Message, text_of, tool_groups
 
 from ._patterns import lazy_regex
 from .config import PayloadCaps
-from .fitting import apply_caps, fit_lines, fit_to_budget
+from .excerpts import content_keys, select_excerpts, split_long
+from .fitting import apply_caps, fit_lines, fit_to_budget, render_payload
 from .identifiers import extract_identifiers
 from .summary_model import (
     SOURCE_TIER,
+    Excerpt,
     InProgressTask,
     SummaryPayload,
-    TimelineEvent,
     group_sources,
     source_tier,
     sources_of,
@@ -53,12 +54,6 @@ _STOPWORDS_EN = frozenset(
     there's here's that's what's don't doesn't didn't can't won't isn't aren't wasn't weren't
     also well much many still even now need does did done doing able via per""".split()
 )
-#: Seed 002's noise words (~11), plus a few of the same kind.
-_STOPWORDS_ZH = frozenset(
-    """请问 帮我 一下 怎么 什么 如何 可以 我们 你们 这个 那个 谢谢 你好 是否 需要 一个 没有 就是
-    还是 因为 所以 但是 如果 已经 现在""".split()
-)
-_ZH_SPLIT_CHARS = "的了是在和与我你他她它们吗呢吧啊呀也都就还把被给让很太再又或及"
 
 _REQUEST = lazy_regex(
     r"(?i)\b(?:i(?:'d| would) (?:like|love)|i want|i wanna|i need|i wish|i plan"
@@ -100,18 +95,6 @@ _SENTENCE_END = lazy_regex(r"(?<=[.!?])\s+(?=\S)|(?<=[。！？])")
 _WORD = lazy_regex(r"[\p{L}\p{N}'’]+")
 _LATIN_WORD = lazy_regex(r"[A-Za-z][A-Za-z0-9'\-]{2,}")
 _CJK_RUN = lazy_regex(r"\p{Han}+")
-_ZH_SPLIT = lazy_regex(f"[{_ZH_SPLIT_CHARS}]")
-
-_LABELS = {
-    "en": {
-        "cares": "User cares about",
-        "concluded": "Conclusions",
-        "sep": ": ",
-        "join": "; ",
-        "end": ".",
-    },
-    "zh": {"cares": "用户关注", "concluded": "已有结论", "sep": "：", "join": "；", "end": "。"},
-}
 
 
 # --- digesting the batch ----------------------------------------------------------------------
@@ -129,6 +112,7 @@ class _Turn:
     index: int
     role: str
     text: str
+    seq: int = 0
     when: str = ""
     speaker: str = ""
     sentences: list[str] = field(default_factory=list)
@@ -161,7 +145,7 @@ def _digest(messages: Sequence[Message]) -> list[_Turn]:
     turns: list[_Turn] = []
     for index, message in enumerate(chat):
         text = text_of(message.content)
-        turn = _Turn(index=index, role=message.role, text=text)
+        turn = _Turn(index=index, role=message.role, text=text, seq=message.seq or 0)
         if message.role in ("user", "assistant"):
             prefix = _LOCOMO_PREFIX().match(text)
             if prefix:
@@ -196,30 +180,8 @@ def _is_substantive(sentence: str) -> bool:
     return len(words) >= 3 or han >= 4 or bool(extract_identifiers(sentence))
 
 
-def _long_enough(sentence: str, words: int) -> bool:
-    """At least ``words`` words, or twice as many Chinese characters."""
-    han = sum(len(run) for run in _CJK_RUN().findall(sentence))
-    return len(_words(sentence)) >= words or han >= 2 * words
-
-
 def _is_question(sentence: str) -> bool:
     return sentence.rstrip().endswith(("?", "？"))
-
-
-def _cjk_chunks(text: str) -> list[str]:
-    chunks: list[str] = []
-    for run in _CJK_RUN().findall(text):
-        for chunk in _ZH_SPLIT().split(run):
-            if 2 <= len(chunk) <= 6 and chunk not in _STOPWORDS_ZH:
-                chunks.append(chunk)
-    return chunks
-
-
-def _keywords(text: str) -> list[str]:
-    """Content words in order of appearance: Latin words of 3+ letters that are not stop words
-    and Chinese chunks between function characters."""
-    words = [w for w in _LATIN_WORD().findall(text) if w.lower() not in _STOPWORDS_EN]
-    return words + _cjk_chunks(text)
 
 
 def _overlap_keys(text: str) -> set[str]:
@@ -258,18 +220,6 @@ def _merge_items(old: list[str], new: list[str]) -> list[str]:
     """``old`` then ``new``, a repeated item keeping its newest position."""
     combined = [i for i in old + new if i]
     return list(reversed(list(dict.fromkeys(reversed(combined)))))
-
-
-def _same_line(line: str, highlight: str) -> bool:
-    if line == highlight:
-        return True
-    stem = line[:-1].rstrip() if line.endswith("…") else ""
-    return len(stem) >= 10 and highlight.startswith(stem)
-
-
-def _highlight(labels: dict[str, str], name: str, pieces: list[str]) -> str:
-    text = f"{labels[name]}{labels['sep']}{labels['join'].join(pieces)}"
-    return text if text.endswith((".", "!", "?", "。", "！", "？", "…")) else text + labels["end"]
 
 
 # --- identifiers ------------------------------------------------------------------------------
@@ -325,6 +275,89 @@ def _rank_identifiers(
 
 # --- the merge --------------------------------------------------------------------------------
 
+#: Share of the budget the identifier list may take (the record gets the rest).
+_IDENTIFIER_SHARE = 0.6
+
+#: Open questions and in-progress tasks kept: the newest few (the record carries the rest).
+_OPEN_QUESTIONS = 3
+_TASKS = 2
+
+
+def _speaker(turn: _Turn, lang: str) -> str:
+    if turn.speaker:
+        return turn.speaker
+    names = {"user": ("User", "用户"), "assistant": ("Assistant", "助手")}[turn.role]
+    return names[1 if lang.lower().startswith("zh") else 0]
+
+
+def _date_of(turn: _Turn) -> str:
+    date = _DATE().search(turn.when) if turn.when else None
+    return date.group() if date else turn.when
+
+
+def _new_excerpts(turns: list[_Turn], caps: PayloadCaps, lang: str) -> list[Excerpt]:
+    """Every substantive sentence of both speakers, as whole clauses within ``excerpt_chars``."""
+    out: list[Excerpt] = []
+    for turn in turns:
+        if turn.role not in ("user", "assistant"):
+            continue
+        part = 0
+        for sentence in turn.sentences:
+            if not _is_substantive(sentence):
+                continue
+            for piece in split_long(sentence, caps.excerpt_chars):
+                part += 1
+                out.append(
+                    Excerpt(
+                        seq=turn.seq,
+                        part=part,
+                        speaker=_speaker(turn, lang),
+                        when=_date_of(turn),
+                        text=piece,
+                    )
+                )
+    return out
+
+
+_OVERVIEW = lazy_regex(r"^(?:Messages #1-#\d+ summarized\b|已摘要第 1-\d+ 条消息)")
+
+
+def _summary_text(previous: SummaryPayload, overview: str, caps: PayloadCaps) -> str:
+    """The previous prose (a model may have written it: merged, not replaced) with its
+    overview line replaced by the new one."""
+    lines = [
+        line
+        for line in previous.summary.strip().split("\n")
+        if line.strip() and not _OVERVIEW().match(line)
+    ]
+    return fit_lines("\n".join([*lines, overview]), caps.summary_chars)
+
+
+def _overview(
+    previous: SummaryPayload, turns: list[_Turn], excerpts: list[Excerpt], lang: str
+) -> str:
+    """One line: the messages covered, who speaks, the dates spanned."""
+    last = max([t.seq for t in turns] + [e.seq for e in excerpts], default=0)
+    generic = {"User", "Assistant", "用户", "助手"}
+    ordered = sorted(excerpts, key=lambda e: (e.seq, e.text))
+    named = [e.speaker for e in ordered if e.speaker and e.speaker not in generic]
+    speakers = list(dict.fromkeys(named))[:4]
+    dates = [e.when for e in sorted(excerpts, key=lambda e: e.seq) if e.when]
+    span = (dates[0], dates[-1]) if dates else None
+    if lang.lower().startswith("zh"):
+        parts = [f"已摘要第 1-{last} 条消息"]
+        if speakers:
+            parts.append("参与者：" + "、".join(speakers))
+        if span:
+            parts.append(f"日期：{span[0]}" + (f" 至 {span[1]}" if span[1] != span[0] else ""))
+        return "；".join(parts) + "。"
+    parts = [f"Messages #1-#{last} summarized"]
+    if speakers:
+        parts.append("between " + ", ".join(speakers))
+    if span:
+        parts.append(f"from {span[0]} to {span[1]}" if span[1] != span[0] else f"on {span[0]}")
+    return " ".join(parts) + "."
+
 
 def rules_merge(
     previous: SummaryPayload | None,
@@ -338,176 +371,143 @@ def rules_merge(
     """``previous`` with ``messages`` folded in by rules (no model), within ``caps`` and
     ``budget_tokens`` (measured as ``count_tokens(render_payload(result, lang))``).
 
-    - goal: the newest user sentence that asks for something; else the previous goal; else the
-      newest substantive user sentence;
-    - open questions: the previous ones not answered in this batch, then user questions (ending
-      in ``?``/``？``) that no later assistant text of the batch answers (shares a content word);
-    - decisions: assistant sentences with a confirmation word (booked, confirmed, 已, 完成...);
-    - user profile: user sentences stating a first-person fact (my name is, I prefer, 我是...);
-    - stable facts: assistant statements naming an identifier; the previous ones accumulate;
-    - timeline: one entry per substantive user message, dated when the text has a date (a
-      LoCoMo ``[1:56 pm on 8 May, 2023] Name:`` prefix included);
-    - in-progress task: the goal, done = successful tool calls and decisions, to do = the open
-      questions (merged into the previous task when the goal is the same);
-    - retrieval hints: the batch's most frequent content words (stop words removed);
+    - summary: one overview line (messages covered, speakers, dates spanned);
+    - goal: the newest user sentence that asks for something; else the previous goal;
+    - open questions: the newest few user questions that no later assistant text answers (shares
+      a content word), the previous ones still unanswered first;
+    - in-progress task: the goal, done = successful tool calls, to do = the open questions;
     - identifiers: see ``_rank_identifiers``; where each came from is kept in
       ``identifier_sources`` (not rendered); pinned facts: the previous ones, always;
-    - summary: the previous summary plus one highlight line ("User cares about: ...;
-      Conclusions: ..."), oldest lines dropped past ``caps.summary_chars``.
-    System messages and event markers are ignored. Lists keep the newest items (see the ordering
-    convention in ``payload``)."""
+    - excerpts, the record: the sentences of both speakers that carry the most facts per token,
+      whole, with the message they came from and its date (``excerpts.select_excerpts``),
+      chosen again from the previous record and this batch on every merge, so the budget is
+      used and a repeated fact is kept once.
+    System messages and event markers are ignored."""
     prev = previous.model_copy(deep=True) if previous is not None else SummaryPayload()
-    labels = _LABELS["zh" if lang.lower().startswith("zh") else "en"]
     turns = _digest(messages)
+    if not turns:
+        return fit_to_budget(apply_caps(prev, caps), budget_tokens, count_tokens, lang)
+    user_turns = [t for t in turns if t.role == "user"]
+    assistant_turns = [t for t in turns if t.role == "assistant"]
 
     def item(text: str) -> str:
         return cut_text(collapse_whitespace(text), caps.item_chars, marker_counts=True)
 
-    user_turns = [t for t in turns if t.role == "user"]
-    assistant_turns = [t for t in turns if t.role == "assistant"]
-
-    # Goal and timeline.
-    requests: list[str] = []
-    timeline: list[TimelineEvent] = []
+    # Goal.
+    requests = []
     for turn in user_turns:
-        substantive = [s for s in turn.sentences if _is_substantive(s)]
-        wishes = [s for s in substantive if _REQUEST().search(s) and not _CONFIRMATION().search(s)]
-        asking = [s for s in wishes if not _is_question(s)] or wishes
-        requests.extend(asking[:1])
-        if substantive:
-            event = (asking or substantive)[0]
-            if turn.speaker:
-                event = f"{turn.speaker}: {event}"
-            date = _DATE().search(turn.text)
-            when = turn.when or (date.group() if date else "")
-            timeline.append(TimelineEvent(when=item(when), event=item(event)))
-    substantive_user = [s for t in user_turns for s in t.sentences if _is_substantive(s)]
-    if requests:
-        goal = requests[-1]
-    elif prev.conversation_goal.strip():
-        goal = prev.conversation_goal
-    else:
-        goal = substantive_user[-1] if substantive_user else ""
+        wishes = [
+            s
+            for s in turn.sentences
+            if _is_substantive(s) and _REQUEST().search(s) and not _CONFIRMATION().search(s)
+        ]
+        requests.extend(([s for s in wishes if not _is_question(s)] or wishes)[:1])
+    # No request, no goal: a chat without one has none (its sentences are in the record).
+    goal = requests[-1] if requests else prev.conversation_goal
     goal = cut_text(collapse_whitespace(goal), caps.goal_chars, marker_counts=True)
 
     # Open questions: previous ones still unanswered, then this batch's.
     reply_keys = [(t.index, _overlap_keys(t.text)) for t in assistant_turns if t.text.strip()]
     all_replies = [keys for _, keys in reply_keys]
     batch_questions: list[str] = []
-    open_questions: list[str] = []
+    unanswered: list[str] = []
     for turn in user_turns:
         replies = [keys for index, keys in reply_keys if index > turn.index]
         for sentence in turn.sentences:
             if _is_question(sentence) and not _is_ack(sentence):
                 batch_questions.append(item(sentence))
                 if not _answered(sentence, replies):
-                    open_questions.append(item(sentence))
+                    unanswered.append(item(sentence))
     open_questions = _merge_items(
         [
             q
             for q in prev.open_questions
             if q not in batch_questions and not _answered(q, all_replies)
         ],
-        open_questions,
-    )
+        unanswered,
+    )[-_OPEN_QUESTIONS:]
 
-    # Decisions, facts and profile.
-    decisions: list[str] = []
-    facts: list[str] = []
-    for turn in assistant_turns:
-        for sentence in turn.sentences:
-            if _is_question(sentence):
-                continue
-            if _DECISION().search(sentence) and _long_enough(sentence, 3):
-                decisions.append(item(sentence))
-            elif _long_enough(sentence, 4) and extract_identifiers(sentence):
-                facts.append(item(sentence))
-    profile = [
-        item(s)
-        for t in user_turns
-        for s in t.sentences
-        if _PROFILE().search(s) and not _is_question(s) and not _is_ack(s)
-    ]
-
-    # The task in progress.
+    # The task in progress: what the tools did.
     done = [
         item(_format_call(c))
         for t in assistant_turns
         for c in t.calls
         if c.result is not None and not _TOOL_FAILURE().search(c.result[:200])
     ]
-    done += decisions
-
-    def still_open(question: str) -> bool:
-        if question in batch_questions:
-            return question in open_questions
-        return not _answered(question, all_replies)
-
     tasks = [
-        task.model_copy(update={"todo": [q for q in task.todo if still_open(q)]})
+        task.model_copy(update={"todo": [q for q in task.todo if q in open_questions]})
         for task in prev.in_progress_tasks
     ]
     task_goal = item(goal)
-    if task_goal or done:
-        if tasks and tasks[-1].goal == task_goal:
-            last = tasks.pop()
-            tasks.append(
-                InProgressTask(
-                    goal=task_goal, done=_merge_items(last.done, done), todo=open_questions
-                )
-            )
-        elif done or open_questions:
-            tasks.append(
-                InProgressTask(goal=task_goal, done=_merge_items([], done), todo=open_questions)
-            )
-
-    # Retrieval hints: frequency in user and assistant text, first seen breaking ties.
-    counts: dict[str, int] = {}
-    spelling: dict[str, str] = {}
-    for turn in user_turns + assistant_turns:
-        for word in _keywords(turn.text):
-            key = word.lower()
-            if any(c.isdigit() for c in key):
-                continue
-            spelling.setdefault(key, word)
-            counts[key] = counts.get(key, 0) + 1
-    ranked = sorted(counts, key=lambda k: -counts[k])[: caps.list_items]
-    hints = [item(spelling[k]) for k in reversed(ranked)]
-
-    # Summary: previous plus one highlight line.
-    cares = [cut_text(r, caps.item_chars, marker_counts=True) for r in requests[-2:]]
-    if not cares:
-        firsts = [next((s for s in t.sentences if _is_substantive(s)), "") for t in user_turns]
-        cares = [cut_text(s, caps.item_chars, marker_counts=True) for s in firsts if s][-2:]
-    parts = []
-    if cares:
-        parts.append(_highlight(labels, "cares", cares))
-    if decisions:
-        parts.append(_highlight(labels, "concluded", decisions[-2:]))
-    highlight = " ".join(parts)
-    lines = [line for line in prev.summary.strip().split("\n") if line.strip()]
-    if highlight:
-        # The same highlight, possibly cut short by an earlier budget fit, is not added twice.
-        same = [i for i, line in enumerate(lines) if _same_line(line, highlight)]
-        if same:
-            lines[same[-1]] = highlight
-        else:
-            lines.append(highlight)
-    summary = fit_lines("\n".join(lines), caps.summary_chars)
+    if tasks and tasks[-1].goal == task_goal:
+        last = tasks.pop()
+        tasks.append(
+            InProgressTask(goal=task_goal, done=_merge_items(last.done, done), todo=open_questions)
+        )
+    elif done:
+        tasks.append(InProgressTask(goal=task_goal, done=done, todo=open_questions))
+    tasks = tasks[-_TASKS:]
 
     identifiers, identifier_sources = _rank_identifiers(prev, turns)
-    merged = SummaryPayload(
-        summary=summary,
-        conversation_goal=goal,
-        stable_facts=_merge_items(prev.stable_facts, facts),
-        user_profile=_merge_items(prev.user_profile, profile),
-        decisions=_merge_items(prev.decisions, decisions),
-        open_questions=open_questions,
-        in_progress_tasks=tasks,
-        timeline=list(prev.timeline) + timeline,
-        retrieval_hints=_merge_items(prev.retrieval_hints, hints),
-        identifiers=identifiers,
-        pinned_facts=list(prev.pinned_facts),
-        identifier_sources=group_sources(identifiers, identifier_sources),
+    identifiers = _within_share(identifiers, budget_tokens * _IDENTIFIER_SHARE, count_tokens)
+    new = _new_excerpts(turns, caps, lang)
+    base = apply_caps(
+        SummaryPayload(
+            summary=_summary_text(prev, _overview(prev, turns, [*prev.excerpts, *new], lang), caps),
+            conversation_goal=goal,
+            open_questions=open_questions,
+            in_progress_tasks=tasks,
+            identifiers=identifiers,
+            pinned_facts=list(prev.pinned_facts),
+            identifier_sources=group_sources(identifiers, identifier_sources),
+            # A model-written previous payload's lists are kept as they were.
+            stable_facts=prev.stable_facts,
+            user_profile=prev.user_profile,
+            decisions=prev.decisions,
+            timeline=prev.timeline,
+        ),
+        caps,
     )
-    return fit_to_budget(apply_caps(merged, caps), budget_tokens, count_tokens, lang)
+    base = fit_to_budget(base, budget_tokens, count_tokens, lang)
+    rendered = render_payload(base, lang)
+    heading = count_tokens("Record (said in the conversation; #n = message number):\n")
+    room = budget_tokens - count_tokens(rendered) - heading
+    excerpts = select_excerpts(
+        prev.excerpts,
+        new,
+        budget_tokens=max(0, room),
+        count_tokens=count_tokens,
+        covered=content_keys(rendered),
+        bonus=_excerpt_bonus,
+    )
+    merged = apply_caps(base.model_copy(update={"excerpts": excerpts}), caps)
+    # The estimate leaves out the lines' date and seq headers: drop the least important
+    # excerpts until the rendering fits.
+    while merged.excerpts and count_tokens(render_payload(merged, lang)) > budget_tokens:
+        over = count_tokens(render_payload(merged, lang)) - budget_tokens
+        drop, freed = 0, 0
+        while drop < len(merged.excerpts) - 1 and freed < over:
+            freed += count_tokens(merged.excerpts[drop].text) + 2
+            drop += 1
+        merged = merged.model_copy(update={"excerpts": merged.excerpts[max(1, drop) :]})
+    return fit_to_budget(merged, budget_tokens, count_tokens, lang)
+
+
+def _within_share(identifiers: list[str], tokens: float, count: Callable[[str], int]) -> list[str]:
+    """The most important identifiers (the list's tail) whose list takes at most ``tokens``."""
+    kept: list[str] = []
+    used = 0
+    for ident in reversed(identifiers):
+        used += count(ident) + 1
+        if used > tokens:
+            break
+        kept.append(ident)
+    return list(reversed(kept))
+
+
+def _excerpt_bonus(excerpt: Excerpt) -> float:
+    """A stated preference or fact about oneself, or a confirmed action, is worth more than its
+    words alone."""
+    if _PROFILE().search(excerpt.text) or _DECISION().search(excerpt.text):
+        return 1.5
+    return 0.0

@@ -14,7 +14,8 @@ from host_stub.messages import Message
 from host_stub.services import LLMService
 
 from .config import MemorySummaryConfig
-from .fitting import apply_caps, fit_to_budget
+from .decisions import summary_growth
+from .fitting import apply_caps, fit_to_budget, render_payload
 from .parsing import parse_summary_output, payload_from_text, plain_text_gate
 from .prompts import build_summary_messages
 from .redact import RedactionError, Redactor
@@ -215,8 +216,17 @@ async def summarize_batches(
     budget less the framing of the block it is injected in, so the block fits without a cut."""
     payload = previous
     outcome = SummarizeOutcome(payload=previous or SummaryPayload(), batches_done=0, model=model)
+    fit_budget = budget if text_budget is None else text_budget
     for batch in batches:
         merged: SummaryPayload | None = None
+        # An extractive merge grows the summary by at most a share of what this batch adds
+        # (decisions.summary_growth), so the compression frees what its plan counted on; a
+        # model's answer is its own digest and is only fitted to the budget.
+        now = count_tokens(render_payload(payload, lang)) if payload is not None else 0
+        rules_budget = min(
+            fit_budget,
+            now + summary_growth(sum(m.tokens or 0 for m in batch), now, fit_budget),
+        )
         remaining = None if deadline is None else deadline - time.monotonic()
         redacted = True
         try:
@@ -270,17 +280,12 @@ async def summarize_batches(
             merged = rules_merge(
                 payload,
                 clean,
-                budget_tokens=budget,
+                budget_tokens=rules_budget,
                 count_tokens=count_tokens,
                 caps=config.caps,
                 lang=lang,
             )
-        payload = fit_to_budget(
-            apply_caps(merged, config.caps),
-            budget if text_budget is None else text_budget,
-            count_tokens,
-            lang,
-        )
+        payload = fit_to_budget(apply_caps(merged, config.caps), fit_budget, count_tokens, lang)
         outcome.batches_done += 1
     outcome.payload = payload or SummaryPayload()
     return outcome

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 __all__ = [
     "IDENTIFIER_SOURCES",
     "SOURCE_TIER",
+    "Excerpt",
     "InProgressTask",
     "SummaryPayload",
     "TimelineEvent",
@@ -41,6 +42,20 @@ class TimelineEvent(BaseModel):
     event: str = ""
 
 
+class Excerpt(BaseModel):
+    """A sentence kept verbatim from the conversation, with the message it came from."""
+
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    seq: int = 0
+    #: Its place among the sentences of that message.
+    part: int = 0
+    speaker: str = ""
+    #: The date of the message when its text carries one ("8 May, 2023").
+    when: str = ""
+    text: str = ""
+
+
 class SummaryPayload(BaseModel):
     """What the summarizer returns (as JSON) and what the rules engine builds."""
 
@@ -56,6 +71,9 @@ class SummaryPayload(BaseModel):
     timeline: list[TimelineEvent] = Field(default_factory=list)
     retrieval_hints: list[str] = Field(default_factory=list)
     identifiers: list[str] = Field(default_factory=list)
+    #: Sentences kept verbatim (the rules engine's record of the conversation), least important
+    #: first like every list; rendered in conversation order, grouped by date, with their seqs.
+    excerpts: list[Excerpt] = Field(default_factory=list)
     #: Facts a user pinned: every later merge keeps them, whatever the summarizer returns.
     pinned_facts: list[str] = Field(default_factory=list)
     #: Bookkeeping, never rendered and never asked of a model: where the identifiers were seen,

@@ -37,7 +37,9 @@ def cut_text(text: str, limit: int, marker: str = ELLIPSIS, *, marker_counts: bo
 
     ``marker_counts=True`` (payload fields, which a cap bounds): the whole result, marker included,
     holds at most ``limit`` code points; whitespace left before the marker is dropped; a marker
-    that would leave no room (``limit <= len(marker)``) is left out; ``limit <= 0`` gives ``""``.
+    that would leave no room (``limit <= len(marker)``) is left out; ``limit <= 0`` gives ``""``;
+    and the cut falls between words where it can (a word cut in half, "Bosto…", reads as a
+    different word): back to the last space when that keeps at least 60% of the room.
     """
     if marker_counts:
         if limit <= 0:
@@ -61,5 +63,11 @@ def cut_text(text: str, limit: int, marker: str = ELLIPSIS, *, marker_counts: bo
         if cluster.end() > room:
             break
         end = cluster.end()
-    head = text[:end].rstrip() if marker_counts else text[:end]
-    return head + marker
+    if not marker_counts:
+        return text[:end] + marker
+    head = text[:end]
+    if end < len(text) and head[-1:].isalnum() and text[end].isalnum():
+        space = head.rfind(" ")
+        if space >= 0.6 * room:
+            head = head[:space]
+    return head.rstrip() + marker

@@ -3,10 +3,12 @@ own texts, and the injected block per record version."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from host_stub.services import LLMService
 
 from .config import MemorySummaryConfig
-from .decisions import summary_budget
+from .decisions import fixed_tokens, summary_budget, tail_room_cap
 from .hygiene import framing_overhead, wrap_summary_block
 from .record import SummaryRecord
 from .text import cut_text
@@ -52,17 +54,20 @@ class TokenBook:
         """Tokens of the block's framing around the summary text."""
         return self.count(framing_overhead(lang))  # remembered by count
 
-    def budget(self, context_window: int) -> int:
-        """The summary budget for a chat model's window (``decisions.summary_budget``)."""
+    def budget(self, context_window: int, breakdown: Mapping[str, int] | None = None) -> int:
+        """The summary budget for a chat model's window (``decisions.summary_budget``), as a
+        share of what the window leaves once the fixed parts of the prompt (system prompt,
+        tool definitions, reply reserve, from the host's last usage ``breakdown``) are in."""
         model = self.summary_model()
         max_out = self.llm.max_output_tokens(model) if model else None
-        return summary_budget(
-            context_window, self.config.summary_token_ratio, self.config.summary_max_tokens, max_out
+        fixed = fixed_tokens(breakdown or {})
+        budget = summary_budget(
+            max(0, context_window - fixed),
+            self.config.summary_token_ratio,
+            self.config.summary_max_tokens,
+            max_out,
         )
-
-    def text_budget(self, context_window: int, lang: str) -> int:
-        """The budget of the summary text: the block's framing comes out of it."""
-        return self.budget(context_window) - self.framing_tokens(lang)
+        return min(budget, tail_room_cap(context_window, self.config.fill_target, fixed))
 
     def batch_tokens(self, budget: int) -> int:
         """Transcript tokens one summarizer call takes."""
@@ -73,16 +78,15 @@ class TokenBook:
         # Room for the prompt, the previous summary and the answer.
         return max(1000, int(window * 0.6) - 2 * budget - 1000)
 
-    def cached_block(self, session_id: str, version: int, window: int) -> tuple[str, int] | None:
-        return self._blocks.get((session_id, version, self.budget(window)))
+    def cached_block(self, session_id: str, version: int, budget: int) -> tuple[str, int] | None:
+        return self._blocks.get((session_id, version, budget))
 
     def block(
-        self, session_id: str, version: int, record: SummaryRecord, window: int
+        self, session_id: str, version: int, record: SummaryRecord, budget: int
     ) -> tuple[str, int]:
-        """The injected block for a record version and its tokens, cut to the budget with the
+        """The injected block for a record version and its tokens, cut to ``budget`` with the
         same counter that measures it; cached per version so the per-turn cost does not grow
         with anything."""
-        budget = self.budget(window)
         key = (session_id, version, budget)
         cached = self._blocks.get(key)
         if cached is not None:

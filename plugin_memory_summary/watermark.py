@@ -32,7 +32,7 @@ async def compress_before_call(
     # The same pre-flight the run makes, on the prompt's own view: when it says no compression
     # could help, the call goes on without a store read or a lease.
     window = view.context_window
-    budget = pipeline.tokens.budget(window)
+    budget = pipeline.tokens.budget(window, state.breakdown)
     plan = pipeline.plan(view.messages, "hard", state.breakdown, window, budget)
     if plan.skip is not None:
         if plan.blocked is not None:

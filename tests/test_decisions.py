@@ -218,7 +218,8 @@ def test_watermark_plan_aims_below_the_mark_or_reports_it_cannot() -> None:
         )
         == 0.25
     )
-    # A small archive cannot grow the summary by more than it takes in: no negative gain.
+    # The summary grows by at most half of what a compression archives (a small one may add
+    # 64 tokens): it frees the rest, however much room the budget has left.
     assert (
         gain_estimate(
             archived_tokens=100,
@@ -226,7 +227,16 @@ def test_watermark_plan_aims_below_the_mark_or_reports_it_cannot() -> None:
             summary_budget_tokens=500,
             context_window=10_000,
         )
-        == 0.0
+        == 0.0036
+    )
+    assert (
+        gain_estimate(
+            archived_tokens=1000,
+            summary_tokens_now=0,
+            summary_budget_tokens=5000,
+            context_window=10_000,
+        )
+        == 0.05
     )
 
 

@@ -325,7 +325,10 @@ async def test_the_stored_summary_fits_its_block_whole_and_the_block_is_ready_be
             if h.plugin.tokens.count(render_payload(SummaryPayload(summary="word " * n), "en"))
             > budget - framing // 2
         )
-        assert h.plugin.tokens.count(render_payload(SummaryPayload(summary="word " * n), "en")) <= budget
+        assert (
+            h.plugin.tokens.count(render_payload(SummaryPayload(summary="word " * n), "en"))
+            <= budget
+        )
         h.llm.default = json.dumps({"summary": "word " * n})
         await h.turns("s", 4)
         assert (await h.plugin.compress("s"))["status"] == "done"
@@ -395,7 +398,9 @@ async def test_a_blocking_request_ends_at_its_commit_and_the_next_run_waits_for_
         memory.gate.set()
         result = await asyncio.wait_for(manual, timeout=10)
         assert result["reason"] != plugin_module.LEASE_BUSY
-        assert memory.leases == 2 and memory.releases == 2 and not h.plugin.scheduler.tail_pending("s")
+        assert (
+            memory.leases == 2 and memory.releases == 2 and not h.plugin.scheduler.tail_pending("s")
+        )
         assert [m.metadata["trigger"] for m in await markers(h, "s")][:1] == ["hard"]
     finally:
         memory.gate.set()

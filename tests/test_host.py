@@ -209,7 +209,7 @@ async def test_bus_isolates_failing_receivers_and_refuses_unknown_names(
             "plugin.memory-summary.threshold: Input should be a valid integer",
         ),
         (
-            "[plugin.memory-summary]\nkeep_recent = 40",
+            "[plugin.memory-summary]\nthreshold = 30\nkeep_recent = 40",
             "keep_recent (40) must be smaller than threshold (30)",
         ),
         (

@@ -44,7 +44,10 @@ def gated_summarizer() -> tuple[asyncio.Event, Any]:
     ("values", "message"),
     [
         ({"keep_recent": 0}, "greater than or equal to 1"),
-        ({"keep_recent": 30}, "keep_recent (30) must be smaller than threshold (30)"),
+        (
+            {"keep_recent": 30, "threshold": 30},
+            "keep_recent (30) must be smaller than threshold (30)",
+        ),
         ({"auto_compress_threshold": 0.95}, "must be below hard_compress_threshold"),
         ({"redact_patterns": ["(unclosed"]}, "redact_patterns[0]: invalid regular expression"),
         ({"fallback": "pray"}, "Input should be 'rules' or 'trim'"),
@@ -523,7 +526,8 @@ async def test_summary_model_and_temperature_reach_the_summarizer() -> None:
         assert (
             call["model"] == "cheap/model"
             and call["temperature"] == 0.3
-            and call["max_tokens"] == 512
+            and call["max_tokens"]
+            == h.plugin.tokens.budget(h.host.context_window(), h.plugin.sessions.get("s").breakdown)
         )
         assert "<transcript>" in call["messages"][-1]["content"]
     finally:

@@ -34,7 +34,8 @@ from plugin_memory_summary.prompts import DEFAULT_PROMPTS
 MODEL = "openai/fake-model"
 WINDOW = 8000
 SUMMARY_RATIO = 0.1
-#: max(512, window x ratio), under summary_max_tokens (2000) and the model's max output (2000).
+#: max(512, window x ratio) (no system prompt, no reply reserve: nothing fixed to take out of the
+#: window), under summary_max_tokens and the model's max output (2000).
 BUDGET = 800
 KEEP = 4
 PLUGIN = {
@@ -161,7 +162,7 @@ async def rig(tmp_path: Path, fake_openai: FakeOpenAIServer, litellm: Any) -> An
     config = HostConfig.model_validate(
         {
             "plugins": {"allow": ["memory-summary"]},
-            "host": {"context_window": WINDOW},
+            "host": {"context_window": WINDOW, "reserve_for_reply": 0, "system_prompt": ""},
             "plugin": {"memory-summary": PLUGIN},
         }
     )
@@ -401,7 +402,7 @@ async def test_unusable_answer_with_trim_fallback_keeps_the_old_summary(
     config = HostConfig.model_validate(
         {
             "plugins": {"allow": ["memory-summary"]},
-            "host": {"context_window": WINDOW},
+            "host": {"context_window": WINDOW, "reserve_for_reply": 0, "system_prompt": ""},
             "plugin": {"memory-summary": {**PLUGIN, "fallback": "trim"}},
         }
     )

@@ -16,7 +16,9 @@ from plugin_memory_summary.prompts import (
 from plugin_memory_summary.summary_model import SummaryPayload
 
 ASKED_KEYS = [
-    n for n in SummaryPayload.model_fields if n not in ("pinned_facts", "identifier_sources")
+    n
+    for n in SummaryPayload.model_fields
+    if n not in ("pinned_facts", "identifier_sources", "excerpts")
 ]
 
 

@@ -541,8 +541,9 @@ async def drain(rig: Rig) -> None:
         await asyncio.gather(*pending)
 
 
-#: The turn trigger out of the way: only the soft and hard watermarks compress.
-WATERMARK_ONLY = {"threshold": 100_000, "keep_recent": 10, "debounce_turns": 1}
+#: The defaults: no turn trigger, the soft and hard watermarks compress, the kept window is what
+#: fits the fill target.
+WATERMARK_ONLY: dict[str, Any] = {"debounce_turns": 1}
 
 
 @pytest.mark.parametrize(

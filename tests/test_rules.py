@@ -17,7 +17,7 @@ from host_stub.messages import Message, ToolCall, ToolCallFunction
 from plugin_memory_summary.config import PayloadCaps
 from plugin_memory_summary.fitting import render_payload
 from plugin_memory_summary.rules import rules_merge
-from plugin_memory_summary.summary_model import IDENTIFIER_SOURCES, SummaryPayload, TimelineEvent
+from plugin_memory_summary.summary_model import IDENTIFIER_SOURCES, SummaryPayload
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPS = PayloadCaps()
@@ -108,21 +108,18 @@ def test_airline_chat_fields() -> None:
         payload.conversation_goal
         == "I'd like to book a flight from New York to Seattle on May 20th."
     )
-    assert "Sure, my user ID is mia_li_3668." in payload.user_profile
-    assert "I prefer aisle seats." in payload.user_profile
-    assert payload.decisions == ["Your reservation ZFA04Y has been booked successfully."]
     assert payload.open_questions == ["Is there a lounge at JFK?"]
-    assert payload.timeline[0] == TimelineEvent(
-        when="May 20th", event="I'd like to book a flight from New York to Seattle on May 20th."
-    )
-    assert len(payload.timeline) == 4
     [task] = payload.in_progress_tasks
     assert task.goal == payload.conversation_goal
     assert task.done[0] == "get_user_details(user_id=mia_li_3668)"
     assert any(d.startswith("book_reservation(") for d in task.done)
     assert task.todo == ["Is there a lounge at JFK?"]
-    assert "User cares about:" in payload.summary and "Conclusions:" in payload.summary
-    assert payload.retrieval_hints
+    # The record: whole sentences of both speakers, the assistant's confirmations included.
+    said = {(e.speaker, e.text) for e in payload.excerpts}
+    assert ("User", "I prefer aisle seats.") in said
+    assert ("Assistant", "Your reservation ZFA04Y has been booked successfully.") in said
+    assert ("Assistant", "I found flight HAT136 departing at 11:00 AM for $121.") in said
+    assert "Record (said in the conversation; #n = message number):" in render_payload(payload)
 
 
 def test_system_messages_and_markers_are_ignored() -> None:
@@ -288,8 +285,7 @@ def test_user_identifiers_survive_a_long_conversation_of_tool_results() -> None:
         for c in m.tool_calls or []
         for i in regex.findall(r"RST-\d+", c.function.arguments)
     }
-    assert len(later) > 5 * CAPS.identifiers
-    assert len(payload.identifiers) == CAPS.identifiers
+    assert len(later) > 5 * len(payload.identifiers)
     assert payload.identifiers[-len(EARLY_IDENTIFIERS) :] == EARLY_IDENTIFIERS
     assert payload.identifier_sources["user"] == EARLY_IDENTIFIERS
     # Amounts, temperature ranges and constants are not identifiers.
@@ -342,44 +338,52 @@ def test_pinned_facts_are_kept_whatever_the_budget_allows() -> None:
     assert by_thirds(render_payload(payload)) <= 200
 
 
-def test_previous_facts_accumulate_and_caps_drop_the_oldest() -> None:
+def test_a_model_written_payloads_lists_stay_and_the_new_fact_goes_to_the_record() -> None:
     caps = PayloadCaps(list_items=3)
-    payload = SummaryPayload(stable_facts=["old fact 1", "old fact 2", "old fact 3"])
+    payload = SummaryPayload(
+        summary="Mia flies to Seattle.",
+        stable_facts=["old fact 1", "old fact 2", "old fact 3", "old fact 4"],
+    )
     messages = [Message(role="assistant", content="Flight HAT136 leaves from terminal four today.")]
     merged = merge(payload, messages, caps=caps)
-    assert merged.stable_facts == [
-        "old fact 2",
-        "old fact 3",
-        "Flight HAT136 leaves from terminal four today.",
-    ]
+    assert merged.stable_facts == ["old fact 2", "old fact 3", "old fact 4"]
+    assert [e.text for e in merged.excerpts] == ["Flight HAT136 leaves from terminal four today."]
+    # The model's prose is merged, not replaced: the overview line comes after it.
+    assert merged.summary.split("\n")[0] == "Mia flies to Seattle."
 
 
 def test_locomo_dates_and_speakers() -> None:
     messages = [
         Message(
+            seq=1,
             role="user",
             content="[1:56 pm on 8 May, 2023] Caroline: I went to a support group yesterday. "
             "It was great.",
         ),
         Message(
-            role="assistant", content="[1:56 pm on 8 May, 2023] Melanie: That sounds wonderful!"
+            seq=2,
+            role="assistant",
+            content="[1:56 pm on 8 May, 2023] Melanie: That sounds wonderful, what did you learn?",
         ),
         Message(
+            seq=3,
             role="user",
-            content="[2:10 pm on 9 May, 2023] Caroline: My name is Caroline and I live in Boston.",
+            content="[2:10 pm on 9 May, 2023] Caroline: My name is Caroline and I live in Boston. "
+            "We moved there in 2020.",
         ),
     ]
     payload = merge(None, messages)
-    assert payload.timeline == [
-        TimelineEvent(
-            when="1:56 pm on 8 May, 2023", event="Caroline: I went to a support group yesterday."
-        ),
-        TimelineEvent(
-            when="2:10 pm on 9 May, 2023",
-            event="Caroline: My name is Caroline and I live in Boston.",
-        ),
-    ]
-    assert payload.user_profile == ["My name is Caroline and I live in Boston."]
+    assert {(e.seq, e.speaker, e.when, e.text) for e in payload.excerpts} == {
+        (1, "Caroline", "8 May, 2023", "I went to a support group yesterday."),
+        (2, "Melanie", "8 May, 2023", "That sounds wonderful, what did you learn?"),
+        (3, "Caroline", "9 May, 2023", "My name is Caroline and I live in Boston."),
+        (3, "Caroline", "9 May, 2023", "We moved there in 2020."),
+    }
+    text = render_payload(payload)
+    assert "[8 May, 2023 #1" in text and "[9 May, 2023 #3] Caroline: My name is Caroline" in text
+    assert payload.summary == (
+        "Messages #1-#3 summarized between Caroline, Melanie from 8 May, 2023 to 9 May, 2023."
+    )
 
 
 def test_chinese_conversation() -> None:
@@ -392,16 +396,13 @@ def test_chinese_conversation() -> None:
     ]
     payload = merge(None, messages, lang="zh")
     assert payload.conversation_goal == "我想预订5月20日去上海的机票。"
-    assert "我叫李明，我喜欢靠窗的座位。" in payload.user_profile or any(
-        "我叫李明" in p for p in payload.user_profile
-    )
-    assert payload.decisions == ["已为您预订航班MU5101，订单号A12345。"]
     assert payload.open_questions == ["行李额度是多少？"]
-    assert payload.timeline[0].when == "5月20日"
     assert {"MU5101", "A12345"} <= set(payload.identifiers)
+    said = {(e.speaker, e.text) for e in payload.excerpts}
+    assert ("助手", "已为您预订航班MU5101，订单号A12345。") in said
+    assert any(speaker == "用户" and "我叫李明" in text for speaker, text in said)
     text = render_payload(payload, "zh")
-    assert "用户关注：" in payload.summary and "已有结论：" in payload.summary
-    assert "目标：" in text and "标识符：" in text
+    assert "目标：" in text and "对话记录" in text and payload.summary.startswith("已摘要")
 
 
 def test_empty_batch_keeps_the_previous_payload() -> None:
@@ -468,8 +469,11 @@ def test_extractive() -> None:
         [m.content or "" for m in chat if isinstance(m.content, str) and m.role != "system"]
         + [c.function.name + " " + c.function.arguments for m in chat for c in m.tool_calls or []]
     )
-    allowed = set(regex.findall(r"\w+", source)) | {"User", "cares", "about", "Conclusions"}
+    # The engine's own words: the overview line and the speakers' role names.
+    allowed = set(regex.findall(r"\w+", source)) | {"Messages", "summarized", "between", "from"}
+    allowed |= {"to", "on", "User", "Assistant", "part"}
     payload = merge(None, chat)
+    allowed |= {"1", *(str(n) for e in payload.excerpts for n in (e.seq, e.part))}  # positions
     dumped = payload.model_dump_json(exclude={"identifiers"})
     produced = set(regex.findall(r"\w+", dumped))
     # A word cut short by a character cap (followed by "…") need only start an allowed word.
@@ -477,6 +481,7 @@ def test_extractive() -> None:
         w for w in regex.findall(r"(\w+)…", dumped) if any(a.startswith(w) for a in allowed)
     }
     keys = set(SummaryPayload.model_fields) | {"goal", "done", "todo", "when", "event"}
+    keys |= {"seq", "speaker", "text"}  # the keys of an excerpt
     keys |= set(IDENTIFIER_SOURCES)  # the keys of the identifier_sources bookkeeping field
     assert produced - allowed - keys - cut_short == set()
 

@@ -78,6 +78,8 @@ SOAK_PLUGIN = {
     "hard_deadline_s": 1.0,
     "max_concurrent_summaries": 8,
     "shutdown_grace_s": 120,
+    # A small summary budget (the 512-token floor): every merge has to fit it.
+    "summary_token_ratio": 0.05,
 }
 SOAK_HOST = {"context_window": 4000, "reserve_for_reply": 256}
 
@@ -304,7 +306,7 @@ async def final_check(soak: Soak) -> dict[str, int]:
 
 #: Failed answers and error texts (and the plugin's own error reasons): never in a record.
 FORBIDDEN_IN_RECORDS = (*LEAK_MARKERS, "timed out", "Timeout")
-#: The summary budget of the soak's config: max(512, 4000 x 0.05), under every cap.
+#: The summary budget of the soak's config: max(512, (4000 - fixed) x 0.05), under every cap.
 SOAK_BUDGET = 512
 
 

@@ -398,6 +398,8 @@ class Redactor:
 
     def __init__(self, extra_patterns: Sequence[str] = (), *, timeout_s: float = _TIMEOUT_S):
         validate_patterns(extra_patterns)
+        #: The user's patterns, as given.
+        self.extra_patterns: tuple[str, ...] = tuple(extra_patterns)
         named = list(BUILTIN_PATTERNS.items())
         named += [(f"custom-{i}", p) for i, p in enumerate(extra_patterns)]
         self._passes = [

@@ -27,7 +27,13 @@ from .redact import RedactionError, Redactor
 from .render import render_transcript
 from .rules import rules_merge
 
-__all__ = ["SummarizeOutcome", "SummarizerError", "looks_like_prose", "summarize_batches"]
+__all__ = [
+    "SummarizeOutcome",
+    "SummarizerError",
+    "looks_like_prose",
+    "scrub_payload",
+    "summarize_batches",
+]
 
 log = logging.getLogger("plugin_memory_summary")
 
@@ -100,6 +106,43 @@ def _redacted(value: Any, redactor: Redactor) -> Any:
     if isinstance(value, dict):
         return {k: _redacted(v, redactor) for k, v in value.items()}
     return value
+
+
+def _safe_redactor(redactor: Redactor) -> Redactor:
+    """The redactor without the user's patterns, for when one of those timed out: the built-in
+    patterns are linear, so this one finishes."""
+    return redactor if not redactor.extra_patterns else Redactor()
+
+
+def scrub_payload(payload: SummaryPayload, redactor: Redactor) -> SummaryPayload:
+    """``payload`` with every secret redacted from its text (pinned facts aside: the user set
+    them, and they reach the summarizer redacted) and every identifier that holds one dropped:
+    an identifier is carried verbatim into every later summary, so ``[REDACTED:…]`` in it would
+    only be noise, and a secret in it (from a record written before a pattern existed, or a
+    summarizer that made one up) would be carried for good."""
+    try:
+        return _scrub(payload, redactor)
+    except RedactionError:
+        return _scrub(payload, _safe_redactor(redactor))
+
+
+def _scrub(payload: SummaryPayload, redactor: Redactor) -> SummaryPayload:
+    data = payload.model_dump(exclude={"identifiers", "identifier_sources", "pinned_facts"})
+    clean = _redacted(data, redactor)
+    dropped = {i for i in payload.identifiers if "[REDACTED:" in i or redactor.redact(i) != i}
+    if clean == data and not dropped:
+        return payload
+    return SummaryPayload.model_validate(
+        {
+            **clean,
+            "identifiers": [i for i in payload.identifiers if i not in dropped],
+            "identifier_sources": {
+                source: [i for i in ids if i not in dropped]
+                for source, ids in payload.identifier_sources.items()
+            },
+            "pinned_facts": payload.pinned_facts,
+        }
+    )
 
 
 def _carry(previous: SummaryPayload | None, payload: SummaryPayload) -> SummaryPayload:
@@ -218,7 +261,10 @@ async def summarize_batches(
     batch by rules, ``trim`` stops (the remaining batches are left for the caller to trim).
     ``text_budget`` (default ``budget``) is what the rendered summary is fitted to: the summary
     budget less the framing of the block it is injected in, so the block fits without a cut."""
-    payload = previous
+    # A record written before a pattern existed may carry a secret as an identifier: the plain
+    # text gate would then reject every answer for "losing" it, and the rules engine would carry
+    # it on. It goes before anything else.
+    payload = scrub_payload(previous, redactor) if previous is not None else None
     outcome = SummarizeOutcome(payload=previous or SummaryPayload(), batches_done=0, model=model)
     for batch in batches:
         merged: SummaryPayload | None = None
@@ -227,8 +273,10 @@ async def summarize_batches(
         try:
             clean = redact_messages(batch, redactor)
         except RedactionError as exc:
-            # Text that could not be redacted never leaves for the summarizer.
-            clean, redacted = list(batch), False
+            # Text that could not be redacted never leaves for the summarizer. The rules engine
+            # merges it locally, from text the built-in patterns did redact: what it keeps
+            # (identifiers, quoted sentences) is stored and injected.
+            clean, redacted = redact_messages(batch, _safe_redactor(redactor)), False
             outcome.errors.append(f"redaction failed ({exc}); the rules engine merged the batch")
             outcome.fallback = "rules"
         if model is None:
@@ -281,7 +329,7 @@ async def summarize_batches(
                 lang=lang,
             )
         payload = fit_to_budget(
-            apply_caps(merged, config.caps),
+            apply_caps(scrub_payload(merged, redactor), config.caps),
             budget if text_budget is None else text_budget,
             count_tokens,
             lang,

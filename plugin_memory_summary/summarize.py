@@ -227,6 +227,13 @@ async def _llm_merge(
     if completion.finish_reason == "length":
         raise SummarizerError("answer cut off (finish_reason=length)")
     text = completion.text or ""
+    # Parsing, the gate and the identifier scan are linear but slow per character, and they run
+    # on the event loop: an answer far beyond the budget is refused by its length alone.
+    if len(text) > config.summary_reply_max_chars:
+        raise SummarizerError(
+            f"answer too long ({len(text):,} characters; "
+            f"summary_reply_max_chars is {config.summary_reply_max_chars:,})"
+        )
     if not text.strip():
         raise SummarizerError("empty answer")
     parsed = parse_summary_output(text)

@@ -121,8 +121,12 @@ BUILTIN_PATTERNS: dict[str, str] = {
         r"(?:\"(?P<secret>[^\"\n]{1,256})\"|'(?P<secret>[^'\n]{1,256})'"
         r"|“(?P<secret>[^”\n]{1,256})”|(?P<secret>[^\s\"“',;]{0,255}[^\s\"“',;.!?:)]))"
     ),
+    # "pin" is also a verb ("pin 1234 Main Street as my address"): in lower case it needs
+    # "code", "number", a colon or "is" after it.
     "pin": (
-        r"(?i)(?<![A-Za-z0-9])pin(?:[ \t-]?(?:code|number|no\.?))?s?"
+        r"(?i)(?<![A-Za-z0-9])(?:(?-i:PIN)|pin(?=[ \t-]?(?:code|number|no\b)"
+        r"|s?(?:[ \t]{1,5}(?:is|was)\b|[ \t]{0,5}[:=#：])))"
+        r"(?:[ \t-]?(?:code|number|no\.?))?s?"
         r"(?:[ \t]{1,5}(?:is|was)|[ \t]{0,5}[:=#：])?[ \t]{0,5}:?[ \t]{0,5}"
         r"(?P<secret>\d{4,8})(?!\d|[-/.:]\d)"
     ),

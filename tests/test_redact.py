@@ -467,9 +467,19 @@ def test_p4_passphrase_is_redacted() -> None:
     assert redact('passphrase: "open sesame now"') == 'passphrase: "[REDACTED:passphrase]"'
 
 
-@pytest.mark.parametrize("text", ["my PIN is 4821", "PIN: 4821, thanks", "card pin code 4821"])
+@pytest.mark.parametrize(
+    "text",
+    ["my PIN is 4821", "PIN: 4821, thanks", "card pin code 4821", "PIN 4821", "my pin is 4821"],
+)
 def test_p4_pin_is_redacted(text: str) -> None:
     _kept_out(text, "4821", "pin")
+
+
+@pytest.mark.parametrize(
+    "text", ["please pin 1234 Main Street as my address", "pin 2024-05-20 as the date"]
+)
+def test_p4_pin_as_a_verb_is_not_redacted(text: str) -> None:
+    assert redact(text) == text
 
 
 def test_p4_email_address_is_redacted() -> None:

@@ -17,9 +17,9 @@ from fakes import ScriptedLLM, simple_count
 from plugin_harness import make_harness
 
 from host_stub.messages import Message, ToolCall, ToolCallFunction
+from plugin_memory_summary import SummaryPayload
 from plugin_memory_summary.config import MemorySummaryConfig
 from plugin_memory_summary.hygiene import SUMMARY_OPEN
-from plugin_memory_summary.payload import SummaryPayload
 from plugin_memory_summary.prompts import DEFAULT_PROMPTS
 from plugin_memory_summary.redact import Redactor
 from plugin_memory_summary.summarize import summarize_batches

@@ -229,6 +229,11 @@ class _LazyStdlib:
             self._compiled = re.compile(self.pattern)
         return self._compiled
 
+    @property
+    def compiled(self) -> bool:
+        """Whether the pattern has been compiled yet."""
+        return self._compiled is not None
+
 
 #: Each digit doubled as the Luhn check does, its digits summed ("7" -> 14 -> "5").
 _LUHN_DOUBLE = str.maketrans("0123456789", "0246813579")
@@ -268,17 +273,9 @@ def _card_span(match: regex.Match[str]) -> tuple[int, int] | None:
     return None
 
 
-#: Letters and digits as one class letter each (``a``, ``A``, ``0``), the token's other
-#: characters (``_/+=-``) as spaces: what :func:`random_looking` counts on.
-_CLASSES = str.maketrans(
-    {
-        **dict.fromkeys(map(chr, range(97, 123)), "a"),
-        **dict.fromkeys(map(chr, range(65, 91)), "A"),
-        **dict.fromkeys(map(chr, range(48, 58)), "0"),
-        **dict.fromkeys("_/+=-", " "),
-    }
-)
-_RUNS = lazy_regex(r"a+|A+|0+")
+_RUNS = _LazyStdlib(r"[a-z]+|[A-Z]+|[0-9]+")
+_SEGMENTS = _LazyStdlib(r"[A-Za-z0-9]+")
+_DIGIT = _LazyStdlib(r"[0-9]")
 
 
 #: Only this many characters of a long token are looked at: a longer one is judged by its start.
@@ -291,14 +288,14 @@ def random_looking(token: str, *, min_changes: float = 0.4) -> bool:
     letter and digit pairs change class (random base-62 text: about 0.6;
     ``CamelCaseIdentifier2024Name``: 0.31; a path of words: less). Pure hex (digests, UUIDs) and
     upper-case codes have no lower case or no upper case, so they stay."""
-    classes = token[:_SAMPLE].translate(_CLASSES)
-    if "a" not in classes or "A" not in classes or "0" not in classes:
+    token = token[:_SAMPLE]
+    if token.lower() == token or token.upper() == token or _DIGIT().search(token) is None:
         return False
     # Pairs of neighbours within each run of letters and digits, and how many of them change
     # class: one change fewer than the runs of one class.
-    segments = classes.split()
-    pairs = sum(len(s) for s in segments) - len(segments)
-    changes = len(_RUNS().findall(classes)) - len(segments)
+    segments = _SEGMENTS().findall(token)
+    pairs = sum(map(len, segments)) - len(segments)
+    changes = len(_RUNS().findall(token)) - len(segments)
     return pairs > 0 and changes >= min_changes * pairs
 
 

@@ -6,9 +6,16 @@ may be another provider. The built-in patterns target formats with a recognisabl
 vendor prefix, a fixed length, a PEM armour line, an assignment to a secret-named key) so that
 ordinary ids such as ``mia_li_3668`` or ``certificate_7504069`` pass through untouched.
 
-Every pattern is linear: character classes without nested quantifiers, bounded lengths. User
-patterns are the user's responsibility, but a timeout stops one that backtracks catastrophically
-from hanging a compression.
+Secrets given in prose ("my password is hunter2", "PIN: 4821") are found by their cue word, with
+a list of ordinary words that keep "the password is required" as it is. Some kinds have no fixed
+shape: a pattern finds candidates and a check decides (the Luhn check for card numbers, a value
+that decodes to ``user:password`` for a bare ``Basic``, lower case, upper case and digits mixed
+with frequent changes for a random token), so that booking references, flight numbers, order
+ids, paths, digests and UUIDs stay.
+
+Every pattern is linear: character classes without nested quantifiers, bounded or possessive
+repetition. User patterns are the user's responsibility, but a timeout stops one that
+backtracks catastrophically from hanging a compression.
 """
 
 from __future__ import annotations

@@ -51,6 +51,8 @@ class HostSection(BaseModel):
     context_window: int | None = Field(default=None, gt=0)
     llm_timeout_s: float = Field(default=60.0, gt=0)
     llm_retries: int = Field(default=0, ge=0, le=10)
+    #: A reply with longer text is refused (a failed call) before it is counted or parsed.
+    llm_max_reply_chars: int = Field(default=1_000_000, ge=1_000)
     max_tool_iterations: int = Field(default=8, ge=1, le=100)
     models: dict[str, ModelOverride] = Field(default_factory=dict)
 

@@ -121,6 +121,7 @@ class Host:
                 num_retries=h.llm_retries,
                 timeout=h.llm_timeout_s,
                 model_overrides={k: v.model_dump() for k, v in h.models.items()},
+                max_reply_chars=h.llm_max_reply_chars,
             )
         if self._memory is None:
             from .memory import open_memory

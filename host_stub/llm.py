@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .messages import Message, text_of
 from .services import Completion, LLMUsage
 
-__all__ = ["LiteLLMService", "ModelOverride", "ensure_litellm"]
+__all__ = ["LiteLLMService", "ModelOverride", "ReplyTooLongError", "ensure_litellm"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +49,16 @@ _NETWORK_MODEL_INFO_PROVIDERS = frozenset({"ollama", "ollama_chat", "huggingface
 #: Extra seconds the outer ``asyncio.wait_for`` guard allows beyond litellm's own timeout, so
 #: litellm's ``Timeout`` normally surfaces first and the guard only catches what escapes it.
 _GUARD_GRACE_S = 1.0
+
+
+#: Longest reply text accepted by default: far beyond any model's output limit (about 128k
+#: tokens, some 500,000 characters), so only a faulty or hostile server reaches it.
+DEFAULT_MAX_REPLY_CHARS = 1_000_000
+
+
+class ReplyTooLongError(ValueError):
+    """The reply's text is longer than ``max_reply_chars``: it is refused before its tokens are
+    counted (a count runs on the event loop), and the caller treats it as a failed call."""
 
 
 def ensure_litellm() -> ModuleType:
@@ -196,6 +206,7 @@ class LiteLLMService:
         default_context_window: int = 8192,
         default_max_output_tokens: int = 4096,
         mock_response: str | None = None,
+        max_reply_chars: int = DEFAULT_MAX_REPLY_CHARS,
     ) -> None:
         if num_retries < 0:
             raise ValueError("num_retries must be >= 0")
@@ -203,6 +214,10 @@ class LiteLLMService:
             raise ValueError("timeout must be > 0")
         if default_context_window <= 0 or default_max_output_tokens <= 0:
             raise ValueError("default_context_window and default_max_output_tokens must be > 0")
+        if max_reply_chars <= 0:
+            raise ValueError("max_reply_chars must be > 0")
+        #: Replies with longer text raise :class:`ReplyTooLongError`.
+        self.max_reply_chars = max_reply_chars
         self.default_model = default_model
         self.api_base = api_base
         self.api_key = api_key
@@ -311,6 +326,7 @@ class LiteLLMService:
         response = await asyncio.wait_for(litellm.acompletion(**kwargs), self._guard(t))
         chunks: list[Any] = []
         parts: list[str] = []
+        received = 0
         iterator = response.__aiter__()
         try:
             while True:
@@ -324,6 +340,9 @@ class LiteLLMService:
                     text = getattr(delta, "content", None) if delta is not None else None
                     if text:
                         parts.append(text)
+                        received += len(text)
+                        if received > self.max_reply_chars:
+                            raise self._too_long(received)
                         yield text
         finally:
             close = getattr(response, "aclose", None)
@@ -343,6 +362,11 @@ class LiteLLMService:
         yield completion
 
     # -- response -> Completion ------------------------------------------------------------------
+    def _too_long(self, size: int) -> ReplyTooLongError:
+        return ReplyTooLongError(
+            f"reply too long: {size:,} characters (max_reply_chars is {self.max_reply_chars:,})"
+        )
+
     def _completion(self, response: Any, model: str, wire: list[dict[str, Any]]) -> Completion:
         choices = getattr(response, "choices", None) or []
         choice = choices[0] if choices else None
@@ -350,6 +374,8 @@ class LiteLLMService:
         text = getattr(message, "content", None) or ""
         if not isinstance(text, str):
             text = text_of(text)
+        if len(text) > self.max_reply_chars:
+            raise self._too_long(len(text))
         finish_reason = getattr(choice, "finish_reason", None) if choice is not None else None
         raw_usage = getattr(response, "usage", None)
         if raw_usage is not None and (

@@ -133,6 +133,15 @@ class MemorySummaryConfig(BaseModel):
         le=2,
         description="Summarizer temperature (dropped for models that refuse it).",
     )
+    summary_reply_max_chars: int = Field(
+        default=100_000,
+        ge=1_000,
+        le=10_000_000,
+        description=(
+            "Longest summarizer answer that is parsed; a longer one is unusable output "
+            "(the fallback runs) and is never stored."
+        ),
+    )
     tool_truncate_chars: int = Field(
         default=200,
         ge=10,

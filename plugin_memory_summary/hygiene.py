@@ -32,6 +32,25 @@ SUMMARY_CLOSE = "</conversation-summary>"
 
 _LINE_BREAKS = "\n\r\x0b\x0c\x85\u2028\u2029"
 
+# Invisible format characters (zero-width space and joiners, word joiner, soft hyphen, BOM,
+# direction marks): a model reads ``sys\u200btem:`` as ``system:``, so they may sit anywhere in a
+# marker.
+_CF = r"\p{Cf}"
+
+# Look-alikes of the summary delimiter's brackets, slash and hyphen (U+2039 ``‹``, U+2010 ``‐``,
+# full-width forms...): the block's own close tag must not be forgeable in any of them.
+_OPEN_LIKE = "<‹〈⟨＜﹤〈❬❮˂ᐸ«"
+_CLOSE_LIKE = ">›〉⟩＞﹥〉❭❯˃ᐳ»"
+_SLASH_LIKE = "/⁄∕／⟋⧸"
+_DASH_LIKE = "\\-‐‑‒–—―−﹘﹣－_"
+_COLON_LIKE = ":：﹕︓꞉∶"
+
+
+def _fuzzy(word: str) -> str:
+    """``word`` with any run of format characters allowed between its letters."""
+    return f"{_CF}*".join(word)
+
+
 # Markers whose angle or square brackets make them structure. Order matters only where two
 # could start at the same place (``<<SYS>>`` before a bare ``<...>``).
 _BRACKETED: dict[str, str] = {
@@ -40,19 +59,43 @@ _BRACKETED: dict[str, str] = {
     "special-token": r"<[|｜][^|｜<>\n]+[|｜]>",
     "llama2-sys": r"(?i:<<[ \t]*/?[ \t]*SYS[ \t]*>>)",
     "llama2-inst": r"(?i:\[[ \t]*/?[ \t]*INST[ \t]*\])",
+    # Mistral's newer templates (``[SYSTEM_PROMPT]...[/SYSTEM_PROMPT]``, ``[TOOL_CALLS]``) and
+    # bracketed role names.
+    "mistral-tag": (
+        r"(?i:\[[ \t]*/?[ \t]*(?:SYSTEM_PROMPT|AVAILABLE_TOOLS|TOOL_CALLS|TOOL_RESULTS"
+        r"|TOOL_CONTENT|SYSTEM|ASSISTANT|USER|DEVELOPER)[ \t]*\])"
+    ),
     "gemma-turn": r"(?i:<[ \t]*/?[ \t]*(?:start_of_turn|end_of_turn|bos|eos|s)[ \t]*>)",
     "role-tag": r"(?i:<[ \t]*/?[ \t]*(?:system|user|assistant|developer|tool|human)[ \t]*>)",
-    # The opening ``<`` alone is enough to defuse; a closing ``>`` on the line goes too.
-    "summary-delimiter": r"(?i:<[ \t]*/?[ \t]*conversation[ \t_-]*summary(?:[^<>\n]*>)?)",
+    # The block's own delimiters, in any case, spacing (line breaks and format characters
+    # included) and look-alike characters. The opening bracket alone is enough to defuse; a
+    # closing one on the line goes too.
+    "summary-delimiter": (
+        rf"(?i:[{_OPEN_LIKE}][\s{_CF}]*(?:[{_SLASH_LIKE}][\s{_CF}]*)?"
+        rf"{_fuzzy('conversation')}[\s{_CF}{_DASH_LIKE}]*{_fuzzy('summary')}"
+        rf"(?:[^<>\n{_OPEN_LIKE}{_CLOSE_LIKE}]{{0,200}}[{_CLOSE_LIKE}])?)"
+    ),
 }
 
+_ROLES = ("system", "assistant", "user", "developer", "tool", "human", "系统", "助手", "用户")
+
 # A role header at the start of a line (after any line break a model may honour), behind
-# optional indentation or markdown (``#``, ``>``, ``**``, ``-``), with an ASCII or full-width
-# colon. One flat character class for the prefix keeps matching linear.
+# optional indentation or markdown (``#``, ``>``, ``**``, ``-``), with an ASCII, full-width or
+# look-alike colon; format characters may sit anywhere in it. One flat character class for the
+# prefix keeps matching linear.
 _ROLE_HEADER = (
-    rf"(?i)(?<![^{_LINE_BREAKS}])(?P<prefix>[\p{{Zs}}\t#>*_\-]*)"
-    r"(?P<role>system|assistant|user|developer|tool|human|系统|助手|用户)"
-    r"(?P<suffix>[*_]*[\p{Zs}\t]*[:：])"
+    rf"(?i)(?<![^{_LINE_BREAKS}])(?P<prefix>[\p{{Zs}}\t#>*_\-{_CF}]*)"
+    rf"(?P<role>{'|'.join(_fuzzy(r) for r in _ROLES)})"
+    rf"(?P<suffix>[*_{_CF}]*[\p{{Zs}}\t{_CF}]*[{_COLON_LIKE}])"
+)
+
+# "System message:", "SYSTEM PROMPT:", "**Developer instructions**:" anywhere in a line: a claim
+# to speak for the system, whatever comes before it.
+_ROLE_CLAIM = (
+    rf"(?i)(?<![\w(])(?P<role>(?:{_fuzzy('system')}|{_fuzzy('developer')})"
+    rf"[\p{{Zs}}\t{_CF}_-]*(?:message|prompt|instruction|note|notice|override|directive"
+    rf"|update|command|rule)s?|系统(?:消息|提示|指令))"
+    rf"(?P<suffix>[*_{_CF}]*[\p{{Zs}}\t{_CF}]*[{_COLON_LIKE}])"
 )
 
 _TRANSLATE = {"<": "‹", ">": "›", "[": "⟦", "]": "⟧"}
@@ -60,8 +103,9 @@ _TRANSLATE = {"<": "‹", ">": "›", "[": "⟦", "]": "⟧"}
 _TOKENS = lazy_regex(
     "|".join(f"(?P<{name.replace('-', '_')}>{p})" for name, p in _BRACKETED.items())
 )
+_CLAIMS = lazy_regex(_ROLE_CLAIM)
 _HEADERS = lazy_regex(_ROLE_HEADER)
-_ALL_MARKERS = [lazy_regex(p) for p in (*_BRACKETED.values(), _ROLE_HEADER)]
+_ALL_MARKERS = [lazy_regex(p) for p in (*_BRACKETED.values(), _ROLE_CLAIM, _ROLE_HEADER)]
 
 # Each pass strictly removes ASCII brackets or guards a header with "(", so a few passes reach a
 # fixed point; the bound is only a guard.
@@ -70,10 +114,19 @@ _MAX_PASSES = 8
 
 def _defuse_brackets(match: regex.Match[str]) -> str:
     text = match.group(0)
+    if match.lastgroup == "summary_delimiter":
+        # Not ``‹/conversation-summary›``: that is itself a look-alike of the close tag.
+        head = text[: text.casefold().index("c")]
+        closing = any(ch in _SLASH_LIKE for ch in head)
+        return "(/conversation-summary)" if closing else "(conversation-summary)"
     if text.startswith("<<"):
         return "«" + text[2:-2] + "»"
     last = _TRANSLATE.get(text[-1], text[-1])
     return _TRANSLATE[text[0]] + text[1:-1] + last
+
+
+def _defuse_claim(match: regex.Match[str]) -> str:
+    return f"({match.group('role')}){match.group('suffix')}"
 
 
 def _defuse_header(match: regex.Match[str]) -> str:
@@ -82,6 +135,7 @@ def _defuse_header(match: regex.Match[str]) -> str:
 
 def _one_pass(text: str, role_headers: bool) -> str:
     text = _TOKENS().sub(_defuse_brackets, text)
+    text = _CLAIMS().sub(_defuse_claim, text)
     if role_headers:
         text = _HEADERS().sub(_defuse_header, text)
     return text

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ._patterns import lazy_regex
 from .hygiene import neutralise
+
+if TYPE_CHECKING:
+    import regex
 
 __all__ = [
     "DEFAULT_PROMPTS",
@@ -43,7 +46,9 @@ _SAMPLE_CHARS = 4000
 _ZH_SHARE = 0.2
 _HAN = lazy_regex(r"\p{Han}")
 _LETTER = lazy_regex(r"\p{L}")
-_TRANSCRIPT_TAG = lazy_regex(r"(?i)<[ \t]*/?[ \t]*transcript\b[^<>\n]{0,100}>")
+# Any spacing, line breaks included, and invisible format characters (U+200B...) around the
+# slash; the ``>`` may be lines later, or missing: the opening ``<`` alone is enough to defuse.
+_TRANSCRIPT_TAG = lazy_regex(r"(?i)<[\s\p{Cf}]*/?[\s\p{Cf}]*transcript\b(?:[^<>]{0,200}>)?")
 
 
 def detect_language(texts: Iterable[str]) -> Literal["zh", "en"]:
@@ -169,11 +174,17 @@ _USER_TEXT: dict[str, dict[str, str]] = {
 
 def defuse_transcript_tags(transcript: str) -> str:
     """The transcript with chat-template tokens made inert and any ``<transcript>`` or
-    ``</transcript>`` tag (any case or spacing) turned into ``‹transcript›``-style text, so the
+    ``</transcript>`` tag (any case or spacing, line breaks and zero-width characters included,
+    with or without its ``>``) turned into ``‹transcript›``-style text, so the
     quoted data cannot close its own quote. Role labels (``user:``) are the transcript's own
     format and are left alone."""
     text = neutralise(transcript, role_headers=False)
-    return _TRANSCRIPT_TAG().sub(lambda m: "‹" + m.group(0)[1:-1] + "›", text)
+    return _TRANSCRIPT_TAG().sub(_defuse_tag, text)
+
+
+def _defuse_tag(match: regex.Match[str]) -> str:
+    tag = match.group(0)
+    return "‹" + (tag[1:-1] + "›" if tag.endswith(">") else tag[1:])
 
 
 def _previous_json(previous: Mapping[str, Any] | None) -> str | None:

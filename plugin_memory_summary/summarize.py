@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from host_stub.messages import Message
+from host_stub.messages import Message, text_of
 from host_stub.services import LLMService
 
 from .config import MemorySummaryConfig
@@ -23,7 +23,13 @@ from .render import render_transcript
 from .rules import rules_merge
 from .summary_model import SummaryPayload
 
-__all__ = ["SummarizeOutcome", "SummarizerError", "looks_like_prose", "summarize_batches"]
+__all__ = [
+    "SummarizeOutcome",
+    "SummarizerError",
+    "looks_like_prose",
+    "scrub_payload",
+    "summarize_batches",
+]
 
 log = logging.getLogger("plugin_memory_summary")
 
@@ -96,6 +102,50 @@ def _redacted(value: Any, redactor: Redactor) -> Any:
     if isinstance(value, dict):
         return {k: _redacted(v, redactor) for k, v in value.items()}
     return value
+
+
+def _safe_redactor(redactor: Redactor) -> Redactor:
+    """The redactor without the user's patterns, for when one of those timed out: the built-in
+    patterns are linear, so this one finishes."""
+    return redactor if not redactor.extra_patterns else Redactor()
+
+
+def _tokens_of(batch: Sequence[Message], count_tokens: Callable[[str], int]) -> int:
+    """The batch's stored token counts (counted here for a message stored without one)."""
+    return sum(
+        m.tokens if m.tokens is not None else count_tokens(text_of(m.content)) for m in batch
+    )
+
+
+def scrub_payload(payload: SummaryPayload, redactor: Redactor) -> SummaryPayload:
+    """``payload`` with every secret redacted from its text (pinned facts aside: the user set
+    them, and they reach the summarizer redacted) and every identifier that holds one dropped:
+    an identifier is carried verbatim into every later summary, so ``[REDACTED:…]`` in it would
+    only be noise, and a secret in it (from a record written before a pattern existed, or a
+    summarizer that made one up) would be carried for good."""
+    try:
+        return _scrub(payload, redactor)
+    except RedactionError:
+        return _scrub(payload, _safe_redactor(redactor))
+
+
+def _scrub(payload: SummaryPayload, redactor: Redactor) -> SummaryPayload:
+    data = payload.model_dump(exclude={"identifiers", "identifier_sources", "pinned_facts"})
+    clean = _redacted(data, redactor)
+    dropped = {i for i in payload.identifiers if "[REDACTED:" in i or redactor.redact(i) != i}
+    if clean == data and not dropped:
+        return payload
+    return SummaryPayload.model_validate(
+        {
+            **clean,
+            "identifiers": [i for i in payload.identifiers if i not in dropped],
+            "identifier_sources": {
+                source: [i for i in ids if i not in dropped]
+                for source, ids in payload.identifier_sources.items()
+            },
+            "pinned_facts": payload.pinned_facts,
+        }
+    )
 
 
 def _carry(previous: SummaryPayload | None, payload: SummaryPayload) -> SummaryPayload:
@@ -180,6 +230,13 @@ async def _llm_merge(
     if completion.finish_reason == "length":
         raise SummarizerError("answer cut off (finish_reason=length)")
     text = completion.text or ""
+    # Parsing, the gate and the identifier scan are linear but slow per character, and they run
+    # on the event loop: an answer far beyond the budget is refused by its length alone.
+    if len(text) > config.summary_reply_max_chars:
+        raise SummarizerError(
+            f"answer too long ({len(text):,} characters; "
+            f"summary_reply_max_chars is {config.summary_reply_max_chars:,})"
+        )
     if not text.strip():
         raise SummarizerError("empty answer")
     parsed = parse_summary_output(text)
@@ -214,7 +271,10 @@ async def summarize_batches(
     batch by rules, ``trim`` stops (the remaining batches are left for the caller to trim).
     ``text_budget`` (default ``budget``) is what the rendered summary is fitted to: the summary
     budget less the framing of the block it is injected in, so the block fits without a cut."""
-    payload = previous
+    # A record written before a pattern existed may carry a secret as an identifier: the plain
+    # text gate would then reject every answer for "losing" it, and the rules engine would carry
+    # it on. It goes before anything else.
+    payload = scrub_payload(previous, redactor) if previous is not None else None
     outcome = SummarizeOutcome(payload=previous or SummaryPayload(), batches_done=0, model=model)
     fit_budget = budget if text_budget is None else text_budget
     for batch in batches:
@@ -225,15 +285,17 @@ async def summarize_batches(
         now = count_tokens(render_payload(payload, lang)) if payload is not None else 0
         rules_budget = min(
             fit_budget,
-            now + summary_growth(sum(m.tokens or 0 for m in batch), now, fit_budget),
+            now + summary_growth(_tokens_of(batch, count_tokens), now, fit_budget),
         )
         remaining = None if deadline is None else deadline - time.monotonic()
         redacted = True
         try:
             clean = redact_messages(batch, redactor)
         except RedactionError as exc:
-            # Text that could not be redacted never leaves for the summarizer.
-            clean, redacted = list(batch), False
+            # Text that could not be redacted never leaves for the summarizer. The rules engine
+            # merges it locally, from text the built-in patterns did redact: what it keeps
+            # (identifiers, quoted sentences) is stored and injected.
+            clean, redacted = redact_messages(batch, _safe_redactor(redactor)), False
             outcome.errors.append(f"redaction failed ({exc}); the rules engine merged the batch")
             outcome.fallback = "rules"
         if model is None:
@@ -285,7 +347,12 @@ async def summarize_batches(
                 caps=config.caps,
                 lang=lang,
             )
-        payload = fit_to_budget(apply_caps(merged, config.caps), fit_budget, count_tokens, lang)
+        payload = fit_to_budget(
+            apply_caps(scrub_payload(merged, redactor), config.caps),
+            fit_budget,
+            count_tokens,
+            lang,
+        )
         outcome.batches_done += 1
     outcome.payload = payload or SummaryPayload()
     return outcome

@@ -52,6 +52,10 @@ class HostSection(BaseModel):
     llm_timeout_s: float = Field(default=60.0, gt=0)
     llm_retries: int = Field(default=0, ge=0, le=10)
     max_tool_iterations: int = Field(default=8, ge=1, le=100)
+    #: Characters one message may hold (content plus tool-call arguments); 0 = no limit. An
+    #: over-long message from outside is refused before anything is stored; a tool's output
+    #: is cut to it.
+    max_message_chars: int = Field(default=200_000, ge=0)
     models: dict[str, ModelOverride] = Field(default_factory=dict)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -408,7 +409,7 @@ async def test_p11_every_backend_applies_the_same_rule(backend: str, tmp_path: P
             await CLEANUP[backend](url)
 
 
-def test_p11_the_rule() -> None:
+def test_the_session_id_rule_by_example() -> None:
     for ok in ("s", "trip", "my chat", "对话-2025", "user@example:7/a+b", "x" * 128):
         assert session_id_problem(ok) is None, ok
     assert "at most 128 characters (this one has 10,000)" in str(session_id_problem("s" * 10_000))
@@ -566,7 +567,30 @@ def test_p18_help_names_every_store_and_every_option(tmp_path: Path) -> None:
     assert "Print what was cleared as JSON" in " ".join(out.split())
 
 
-def test_p18_pinned_facts_and_token_numbers_read_well() -> None:
+def test_p18_pinned_facts_and_token_numbers_read_well(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    long = [
+        {**m, "content": f"{m['content']} " + "many words here " * 60} if m.get("content") else m
+        for m in conversation(16)
+    ]
+    path = write_jsonl(tmp_path / "long.jsonl", long)
+    config = config_file(  # no compression during the replay: the command does it
+        tmp_path,
+        "[plugin.memory-summary]\nthreshold = 100000\nkeep_recent = 4\n"
+        "auto_compress_threshold = 0\nhard_compress_threshold = 0\n",
+    )
+    code, _, err = procs.run_cli(
+        ["replay", str(path), "--db", str(db), "--config", str(config), "--baseline", "off"]
+    )
+    assert code == 0, err
+    code, out, err = procs.run_cli(["compress", "long", "--db", str(db), "--config", str(config)])
+    assert code == 0, err
+    assert re.fullmatch(
+        r"done(: manual)? \(\d+ messages summarized, tokens \d{1,3}(,\d{3})+ -> [\d,]+\)",
+        out.strip(),
+    ), out
+    code, out, err = procs.run_cli(["pin", "long", "the user is allergic to nuts", "--db", str(db)])
+    assert (code, out.strip()) == (0, "pinned in session 'long' (1 pinned fact)"), err
     result = {
         "status": "done",
         "stats": {"messages_summarized": 1200, "tokens_before": 31200, "tokens_after": 1034},
@@ -634,7 +658,7 @@ def test_p20_a_local_api_base_works_without_an_api_key(tmp_path: Path) -> None:
         assert server.requests and server.requests[0]["messages"][-1]["content"] == "hi there"
 
 
-def test_p20_without_api_base_a_missing_key_is_still_one_line(tmp_path: Path) -> None:
+def test_without_api_base_a_missing_key_is_still_one_line(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     proc = subprocess.run(
         [str(SCRIPT), "chat", "--model", "gpt-4o-mini", "--db", str(tmp_path / "c.db")],

@@ -46,6 +46,17 @@ class UserError(click.ClickException):
         click.echo(f"host-stub: error: {self.message}", err=True)
 
 
+class _ShownAsCompressionLines(logging.Filter):
+    """A summarizer failure is announced by its compression line (``... failed, fallback
+    rules: <why>``) or the command's status line; the plugin's log line would say it twice."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("summarizer failed")
+
+
+SHOWN_AS_COMPRESSION_LINES = _ShownAsCompressionLines()
+
+
 def _set(key: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
     def callback(ctx: click.Context, _: click.Parameter, value: Any) -> Any:
         if value is not None:
@@ -181,6 +192,8 @@ async def open_host(
         if "memory" not in kwargs:
             _check_memory_url(config.host.memory, _memory_origin(ctx, config))
             _check_plugins(config)  # a config error first, and before any store is touched
+        if config.host.api_base and not config.host.api_key:
+            _check_models(config, chat=False)  # a local server needs no key (see NO_KEY)
             if not create and (problem := store_problem(config.host.memory)):
                 raise UserError(problem)
         host = Host(config, **kwargs)
@@ -212,6 +225,13 @@ def cli(ctx: click.Context, verbose: int) -> None:
     ctx.ensure_object(dict)
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    # Every command reports a summarizer failure itself (a compression line, or the status of
+    # compress / rebuild): the plugin's warning would say it twice. -v shows it.
+    plugin_log = logging.getLogger("plugin_memory_summary")
+    if verbose:
+        plugin_log.removeFilter(SHOWN_AS_COMPRESSION_LINES)
+    else:
+        plugin_log.addFilter(SHOWN_AS_COMPRESSION_LINES)
 
 
 for _option in HOST_OPTIONS:
@@ -332,14 +352,6 @@ def _check_models(config: HostConfig, *, chat: bool) -> None:
 #: The API key sent to an ``--api-base`` server when none is set: a server that checks no key
 #: accepts it; one that does answers 401, which is reported in one line.
 NO_KEY = "no-key"
-
-
-class _ShownAsCompressionLines(logging.Filter):
-    """A summarizer failure is announced by its compression line (``... failed, fallback
-    rules: <why>``); the plugin's log line would say it twice."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("summarizer failed")
 
 
 def _check_reachable(url: str) -> None:
@@ -483,25 +495,20 @@ async def _report_run(
             f"note: session {session_id!r} already has {stored} messages; the replay adds to them",
             err=True,
         )
-    quiet = _ShownAsCompressionLines()
-    logging.getLogger("plugin_memory_summary").addFilter(quiet)
-    try:
-        with _Screen(quiet=as_json) as screen:
-            report = await run_replay(
-                config,
-                messages[done:],
-                session_id,
-                resumed=done > 0,
-                title=title,
-                baseline=baseline,
-                store=store,
-                facts=facts,
-                on_start=screen.start,
-                on_turn=screen.turn,
-                on_event=lambda event: screen.line(f"compression: {compression_line(event)}"),
-            )
-    finally:
-        logging.getLogger("plugin_memory_summary").removeFilter(quiet)
+    with _Screen(quiet=as_json) as screen:
+        report = await run_replay(
+            config,
+            messages[done:],
+            session_id,
+            resumed=done > 0,
+            title=title,
+            baseline=baseline,
+            store=store,
+            facts=facts,
+            on_start=screen.start,
+            on_turn=screen.turn,
+            on_event=lambda event: screen.line(f"compression: {compression_line(event)}"),
+        )
     if plot is not None:
         try:
             plot_report(report, plot)
@@ -821,14 +828,11 @@ async def chat(ctx: click.Context, session_id: str) -> None:
     _check_plugins(config)
     _check_models(config, chat=True)
     quiet = _TurnErrorsShownByChat()
-    shown = _ShownAsCompressionLines()
     logging.getLogger("host_stub.host").addFilter(quiet)
-    logging.getLogger("plugin_memory_summary").addFilter(shown)
     try:
         await _chat(ctx, session_id, config)
     finally:
         logging.getLogger("host_stub.host").removeFilter(quiet)
-        logging.getLogger("plugin_memory_summary").removeFilter(shown)
 
 
 async def _chat(ctx: click.Context, session_id: str, config: HostConfig) -> None:
@@ -1066,6 +1070,13 @@ def _register_plugin_commands() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    finally:
+        logging.getLogger("plugin_memory_summary").removeFilter(SHOWN_AS_COMPRESSION_LINES)
+
+
+def _main(argv: list[str] | None) -> int:
     _register_plugin_commands()
     try:
         cli.main(args=argv, prog_name="host-stub", standalone_mode=False)

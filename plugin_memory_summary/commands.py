@@ -43,11 +43,22 @@ async def _require_session(host: Any, session: str) -> None:
     raise Refused(f"unknown session {session!r} in {host.config.host.memory}")
 
 
+def _plain(reason: str) -> str:
+    """A provider error without litellm's repeated prefixes (``InternalServerError:
+    litellm.InternalServerError: InternalServerError: ...``), on one line."""
+    parts: list[str] = []
+    for part in " ".join(reason.split()).split(": "):
+        part = part.removeprefix("litellm.")
+        if not parts or parts[-1] != part:
+            parts.append(part)
+    return ": ".join(parts)
+
+
 def status_line(result: dict[str, Any], command: str = "compress") -> str:
     """A pipeline result in one line: ``done: 40 messages summarized, tokens 12,400 -> 1,020``.
     A rebuild says what it rebuilt before what the compression after it did."""
     stats = result.get("stats", {})
-    line = f"{result['status']}: {result.get('reason', '')}".rstrip(": ")
+    line = f"{result['status']}: {_plain(str(result.get('reason', '')))}".rstrip(": ")
     if stats.get("messages_summarized"):
         before, after = stats.get("tokens_before"), stats.get("tokens_after")
         tokens = (

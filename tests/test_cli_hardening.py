@@ -596,14 +596,34 @@ def test_p18_pinned_facts_and_token_numbers_read_well(tmp_path: Path) -> None:
         "stats": {"messages_summarized": 1200, "tokens_before": 31200, "tokens_after": 1034},
     }
     assert status_line(result) == "done (1,200 messages summarized, tokens 31,200 -> 1,034)"
+    failed = {
+        "status": "error",
+        "reason": "InternalServerError: litellm.InternalServerError: InternalServerError: "
+        "OpenAIException - the summarizer broke",
+        "stats": {"messages_summarized": 20, "fallback": "rules"},
+    }
+    assert status_line(failed) == (
+        "error: InternalServerError: OpenAIException - the summarizer broke "
+        "(20 messages summarized, fallback rules)"
+    )
 
 
 def test_p18_a_summarizer_failure_is_said_once(tmp_path: Path) -> None:
-    """The compression line says the model failed and the fallback wrote it; the plugin's
-    WARNING does not say it a second time."""
+    """The compression line (or the status of compress) says the model failed and the fallback
+    wrote it; the plugin's WARNING does not say it a second time."""
     path = write_jsonl(tmp_path / "t.jsonl", conversation())
+    later = tmp_path / "later.toml"  # no compression while replaying: compress does it
+    later.write_text(
+        "[plugin.memory-summary]\nthreshold = 100000\nkeep_recent = 4\n"
+        "auto_compress_threshold = 0\nhard_compress_threshold = 0\n"
+    )
+    unsummarized = write_jsonl(tmp_path / "u.jsonl", conversation())
+    code, _, err = procs.run_cli(
+        ["replay", str(unsummarized), "--db", str(tmp_path / "m.db"), "--config", str(later)]
+    )
+    assert code == 0, err
     with FakeOpenAIServer(default_reply=Reply.error(500, "the summarizer broke")) as server:
-        env = {**os.environ, "OPENAI_API_KEY": "sk-test"}
+        env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
         proc = subprocess.run(
             [
                 str(SCRIPT),
@@ -625,9 +645,33 @@ def test_p18_a_summarizer_failure_is_said_once(tmp_path: Path) -> None:
             env=env,
             timeout=300,
         )
-    assert proc.returncode == 0, proc.stderr
-    assert "failed, fallback rules" in proc.stdout
-    assert "summarizer failed" not in proc.stderr, proc.stderr
+        assert proc.returncode == 0, proc.stderr
+        assert "openai/fake-model failed, fallback rules: " in proc.stdout
+        assert "the summarizer broke" in proc.stdout
+        assert "summarizer failed" not in proc.stderr, proc.stderr
+        # compress, a plugin command: its status line says it once; no key is needed either.
+        proc = subprocess.run(
+            [
+                str(SCRIPT),
+                "compress",
+                "u",
+                "--db",
+                str(tmp_path / "m.db"),
+                "--config",
+                str(later),
+                "--model",
+                "openai/fake-model",
+                "--api-base",
+                server.base_url,
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert "the summarizer broke" in proc.stdout and "fallback rules" in proc.stdout
+        assert "summarizer failed" not in proc.stderr, proc.stderr
 
 
 # -- 20: a local server that checks no key ------------------------------------------------------------------

@@ -119,7 +119,9 @@ HOST_OPTIONS = [
         ["--api-base"],
         expose_value=False,
         callback=_set("api_base"),
-        help="Base URL of an OpenAI-compatible server.",
+        metavar="URL",
+        help="Base URL of an OpenAI-compatible server (a local one that checks no key needs no "
+        "API key).",
     ),
 ]
 

@@ -194,10 +194,10 @@ async def open_host(
         if "memory" not in kwargs:
             _check_memory_url(config.host.memory, _memory_origin(ctx, config))
             _check_plugins(config)  # a config error first, and before any store is touched
-        if config.host.api_base and not config.host.api_key:
-            _check_models(config, chat=False)  # a local server needs no key (see NO_KEY)
             if not create and (problem := store_problem(config.host.memory)):
                 raise UserError(problem)
+        if config.host.api_base and not config.host.api_key:
+            _check_models(config, chat=False)  # a local server needs no key (see NO_KEY)
         host = Host(config, **kwargs)
         await host.start()
     except USER_ERRORS as exc:

@@ -19,9 +19,11 @@ from typing import Any
 import click
 
 from . import signals
+from .checks import MessageRejected
 from .config import ConfigError, HostConfig, load_host_config
 from .host import Host
 from .services import SUMMARY_NAMESPACE
+from .session_ids import InvalidSessionId, session_id_problem
 from .transcripts import TranscriptError, load_transcript
 
 __all__ = ["cli", "main"]
@@ -32,6 +34,8 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     TranscriptError,
     FileNotFoundError,
     ConnectionError,
+    InvalidSessionId,
+    MessageRejected,
 )
 
 
@@ -42,6 +46,17 @@ class UserError(click.ClickException):
         click.echo(f"host-stub: error: {self.message}", err=True)
 
 
+class _ShownAsCompressionLines(logging.Filter):
+    """A summarizer failure is announced by its compression line (``... failed, fallback
+    rules: <why>``) or the command's status line; the plugin's log line would say it twice."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("summarizer failed")
+
+
+SHOWN_AS_COMPRESSION_LINES = _ShownAsCompressionLines()
+
+
 def _set(key: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
     def callback(ctx: click.Context, _: click.Parameter, value: Any) -> Any:
         if value is not None:
@@ -49,6 +64,26 @@ def _set(key: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
         return value
 
     return callback
+
+
+def _check_db(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """``--db`` names a SQLite file; a URL there is a mistake (it would become folders)."""
+    if value is not None and "://" in value:
+        raise UserError(
+            f"--db takes the path of a SQLite file, not a URL ({value!r}): "
+            f"use --memory {value} for a store URL"
+        )
+    return _set("db")(ctx, param, value)
+
+
+def _check_session(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A session id given on the command line follows the one rule of every backend."""
+    if value is not None:
+        problem = session_id_problem(value)
+        if problem is not None:
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            raise UserError(f"invalid session id {shown}: {problem}")
+    return value
 
 
 HOST_OPTIONS = [
@@ -63,14 +98,16 @@ HOST_OPTIONS = [
         ["--db"],
         type=click.Path(dir_okay=False),
         expose_value=False,
-        callback=_set("db"),
+        callback=_check_db,
         help="SQLite file of the memory store (shorthand for --memory sqlite:///PATH).",
     ),
     click.Option(
         ["--memory"],
         expose_value=False,
         callback=_set("memory"),
-        help="Memory store URL: sqlite:///PATH or memory://.",
+        metavar="URL",
+        help="Memory store URL: sqlite:///PATH, postgresql://USER@HOST:5432/DB[?schema=S], "
+        "redis://HOST:6379/0[?prefix=P:] or memory://.",
     ),
     click.Option(
         ["--model"],
@@ -82,19 +119,29 @@ HOST_OPTIONS = [
         ["--api-base"],
         expose_value=False,
         callback=_set("api_base"),
-        help="Base URL of an OpenAI-compatible server.",
+        metavar="URL",
+        help="Base URL of an OpenAI-compatible server (a local one that checks no key needs no "
+        "API key).",
     ),
 ]
 
 
 def host_options(command: click.Command) -> click.Command:
-    """Give a command the host options (config, store, model), so they work after its name."""
+    """Give a command the host options (config, store, model), so they work after its name; a
+    SESSION argument (or ``--session``) gets the session-id rule."""
     command.params.extend(HOST_OPTIONS)
+    for param in command.params:
+        if param.name in ("session", "session_id") and param.callback is None:
+            param.callback = _check_session
     return command
 
 
+def _options(ctx: click.Context) -> dict[str, Any]:
+    return ctx.find_root().ensure_object(dict) | ctx.ensure_object(dict)
+
+
 def host_config(ctx: click.Context) -> HostConfig:
-    obj = ctx.find_root().ensure_object(dict) | ctx.ensure_object(dict)
+    obj = _options(ctx)
     memory = obj.get("memory")
     if memory is None and obj.get("db"):
         memory = f"sqlite:///{obj['db']}"
@@ -103,11 +150,55 @@ def host_config(ctx: click.Context) -> HostConfig:
     )
 
 
+def _memory_origin(ctx: click.Context, config: HostConfig) -> str:
+    """Where the store URL came from, for errors: ``--memory``, ``--db`` or the config file."""
+    obj = _options(ctx)
+    if obj.get("memory") is not None:
+        return "--memory"
+    if obj.get("db"):
+        return "--db"
+    return f"{config.source}: host.memory"
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite store URL; ``None`` for another kind of store."""
+    from .memory import _sqlite_path
+
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() != "sqlite":
+        return None
+    return Path(_sqlite_path(url, rest))
+
+
+def store_problem(url: str) -> str | None:
+    """Why a command that only reads or changes what is there cannot use the store at ``url``
+    (it must not create one): a SQLite file that does not exist, or a directory."""
+    path = sqlite_path(url)
+    if path is None or str(path) == ":memory:":
+        return None
+    if not path.exists():
+        return f"no such store: {url} (replay, demo or chat create one)"
+    if path.is_dir():
+        return f"{url}: is a directory, not a SQLite file"
+    return None
+
+
 @contextlib.asynccontextmanager
-async def open_host(ctx: click.Context, **kwargs: Any) -> AsyncIterator[Host]:
-    """The host a command runs against; config errors become one-line user errors."""
+async def open_host(
+    ctx: click.Context, *, config: HostConfig | None = None, create: bool = False, **kwargs: Any
+) -> AsyncIterator[Host]:
+    """The host a command runs against; config errors become one-line user errors. Unless
+    ``create``, a store that does not exist is an error, not an empty new one."""
     try:
-        host = Host(host_config(ctx), **kwargs)
+        config = config or host_config(ctx)
+        if "memory" not in kwargs:
+            _check_memory_url(config.host.memory, _memory_origin(ctx, config))
+            _check_plugins(config)  # a config error first, and before any store is touched
+            if not create and (problem := store_problem(config.host.memory)):
+                raise UserError(problem)
+        if config.host.api_base and not config.host.api_key:
+            _check_models(config, chat=False)  # a local server needs no key (see NO_KEY)
+        host = Host(config, **kwargs)
         await host.start()
     except USER_ERRORS as exc:
         raise UserError(str(exc)) from None
@@ -136,6 +227,13 @@ def cli(ctx: click.Context, verbose: int) -> None:
     ctx.ensure_object(dict)
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    # Every command reports a summarizer failure itself (a compression line, or the status of
+    # compress / rebuild): the plugin's warning would say it twice. -v shows it.
+    plugin_log = logging.getLogger("plugin_memory_summary")
+    if verbose:
+        plugin_log.removeFilter(SHOWN_AS_COMPRESSION_LINES)
+    else:
+        plugin_log.addFilter(SHOWN_AS_COMPRESSION_LINES)
 
 
 for _option in HOST_OPTIONS:
@@ -163,33 +261,54 @@ def _error_line(text: str) -> str:
     return _one_line(": ".join(parts))
 
 
-def _check_memory_url(url: str) -> None:
+def _check_memory_url(url: str, origin: str = "host.memory") -> None:
     """A memory URL no backend understands (or whose driver is not installed) is a user error
-    before anything runs; nothing is opened here."""
+    before anything runs, naming where the URL came from; nothing is opened here."""
     from .memory import open_memory
 
     try:
         open_memory(url, lambda message: 0)
     except (ValueError, NotImplementedError, ModuleNotFoundError) as exc:
-        raise UserError(str(exc)) from None
+        raise UserError(f"{origin}: {exc}") from None
 
 
-async def _stored_messages(url: str, session_id: str) -> int:
-    """How many messages ``session_id`` already has in the store at ``url`` (0 if none)."""
+def _check_plugins(config: HostConfig) -> None:
+    """Every plugin's config is valid: checked before any store is opened, so a config error
+    leaves no file behind."""
+    from .plugins import get_plugin_manager, plugin_config
+
+    pm, loaded = get_plugin_manager(config)
+    for item in loaded.values():
+        plugin_config(pm, item, config)
+
+
+async def _stored_replay(url: str, session_id: str) -> tuple[int, list[str]]:
+    """How many messages ``session_id`` already has in the store at ``url`` in its current
+    epoch, and the replay keys among them, oldest first."""
     from .memory import open_memory
+    from .transcripts import REPLAY_KEY
 
     memory = open_memory(url, lambda message: 0)
     try:
-        found = [s for s in await memory.list_sessions() if s.session_id == session_id]
+        epoch = await memory.get_epoch(session_id)
+        stored = [
+            *await memory.get_archived(session_id, epoch=epoch),
+            *await memory.get_history(session_id),
+        ]
     finally:
         await memory.close()
-    return found[0].active + found[0].archived if found else 0
+    stored.sort(key=lambda m: m.seq or 0)
+    messages = [m for m in stored if not m.is_marker]
+    keys = [str(m.metadata[REPLAY_KEY]) for m in messages if REPLAY_KEY in m.metadata]
+    return len(messages), keys
 
 
 def _check_models(config: HostConfig, *, chat: bool) -> None:
     """Pre-flight for the models a command will call (the summarizer, and with ``chat`` the chat
     model): one clear line now instead of a failure later. litellm must know the provider; a
-    provider that needs an API key must have it; an ``api_base`` must accept connections."""
+    provider that needs an API key must have it, except behind an ``api_base`` (a local server
+    that checks no key): there the host sends the placeholder key :data:`NO_KEY` (set in
+    ``config``); an ``api_base`` must accept connections."""
     summary_model = config.plugin.get(MEMORY_PLUGIN, {}).get("summary_model")
     wanted = [config.host.model, summary_model] if chat else [summary_model or config.host.model]
     models = [m for m in dict.fromkeys(wanted) if m]
@@ -220,6 +339,9 @@ def _check_models(config: HostConfig, *, chat: bool) -> None:
             and missing
             and all(k.endswith("_API_KEY") for k in missing)
         ):
+            if api_base:
+                config.host.api_key = NO_KEY
+                continue
             keys = " or ".join(missing)
             raise UserError(
                 f"model {model!r} needs {keys}, which is not set: export it (any value for a "
@@ -227,6 +349,11 @@ def _check_models(config: HostConfig, *, chat: bool) -> None:
             )
     if api_base:
         _check_reachable(api_base)
+
+
+#: The API key sent to an ``--api-base`` server when none is set: a server that checks no key
+#: accepts it; one that does answers 401, which is reported in one line.
+NO_KEY = "no-key"
 
 
 def _check_reachable(url: str) -> None:
@@ -323,21 +450,49 @@ async def _report_run(
     store: str,
     facts: dict[str, str] | None = None,
     fresh: bool = False,
+    origin: str = "host.memory",
 ) -> None:
     """Replay ``messages`` with progress, one line per compression, then the report (and the
     plot); shared by ``replay`` and ``demo``. With ``fresh``, a session that already has
-    messages is refused (the demo's numbers are those of a new session)."""
+    messages is refused (the demo's numbers are those of a new session). Otherwise a replay
+    resumes: the messages of ``messages`` (carrying replay keys) already stored are skipped."""
     from .report import PlotError, compression_line, plot_report, render_report, run_replay
+    from .transcripts import resume_point
 
-    _check_memory_url(config.host.memory)
+    _check_memory_url(config.host.memory, origin)
+    _check_plugins(config)
     _check_models(config, chat=False)
-    stored = await _stored_messages(config.host.memory, session_id)
+    stored, keys = await _stored_replay(config.host.memory, session_id)
     if stored and fresh:
         raise UserError(
             f"session {session_id!r} already has {stored} messages in {config.host.memory}: "
             f"use another --db, or clear it first (host-stub clear {session_id})"
         )
-    if stored and not as_json:
+    try:
+        done = resume_point(messages, keys)
+    except TranscriptError as exc:
+        raise UserError(
+            f"session {session_id!r}: {exc}: replay it with --session NAME, or clear it first "
+            f"(host-stub clear {session_id})"
+        ) from None
+    if done == len(messages):
+        if as_json:
+            click.echo(
+                json.dumps({"session_id": session_id, "replayed": 0, "already_stored": done})
+            )
+        else:
+            click.echo(
+                f"nothing to replay: session {session_id!r} already holds all {done} messages "
+                f"of {title}"
+            )
+        return
+    if done and not as_json:
+        click.echo(
+            f"resuming: session {session_id!r} already holds the first {done} of the "
+            f"{len(messages)} messages; replaying the other {len(messages) - done}",
+            err=True,
+        )
+    elif stored and not as_json:
         click.echo(
             f"note: session {session_id!r} already has {stored} messages; the replay adds to them",
             err=True,
@@ -345,8 +500,9 @@ async def _report_run(
     with _Screen(quiet=as_json) as screen:
         report = await run_replay(
             config,
-            messages,
+            messages[done:],
             session_id,
+            resumed=done > 0,
             title=title,
             baseline=baseline,
             store=store,
@@ -396,7 +552,12 @@ _JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print the r
 @host_options
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--session", "session_id", help="Session id (default: the file's name).")
+@click.option(
+    "--session",
+    "session_id",
+    help="Session id (default: the file's name). Replaying the same file into the same session "
+    "again resumes it: messages already stored are skipped.",
+)
 @_PLOT_OPTION
 @_JSON_OPTION
 @_BASELINE_OPTION
@@ -415,10 +576,20 @@ async def replay(
 
     Without --model the summaries come from the offline rules engine; with --model (any litellm
     model string, --api-base for an OpenAI-compatible server) the plugin summarizes with it."""
+    from .transcripts import with_replay_keys
+
     _check_plot(plot)
-    messages = load_transcript(file)
-    session_id = session_id or Path(file).stem
     config = host_config(ctx)
+    messages = with_replay_keys(
+        load_transcript(file, max_message_chars=config.host.max_message_chars)
+    )
+    if session_id is None:
+        session_id = Path(file).stem
+        if problem := session_id_problem(session_id):
+            raise UserError(
+                f"{file}: the file's name is not a valid session id ({problem}): "
+                "name one with --session"
+            )
     await _report_run(
         config,
         messages,
@@ -428,6 +599,7 @@ async def replay(
         as_json=as_json,
         baseline=baseline,
         store=config.host.memory,
+        origin=_memory_origin(ctx, config),
     )
 
 
@@ -536,16 +708,39 @@ class _TurnErrorsShownByChat(logging.Filter):
         return not record.getMessage().startswith("turn failed")
 
 
+def _line_editor() -> Any:
+    """The ``readline`` module when standard input and output are a terminal (line editing, and
+    Up / Down for the lines typed before), else ``None``."""
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        return None
+    try:
+        import readline
+    except ImportError:  # pragma: no cover - Python built without it
+        return None
+    return readline
+
+
 class _Lines:
     """Lines of standard input read by a daemon thread, so a blocked read never keeps the
-    process alive (Ctrl-C, or leaving while a background compression finishes)."""
+    process alive (Ctrl-C, or leaving while a background compression finishes). On a terminal
+    the thread reads with ``readline`` (line editing and history, prompt included); otherwise
+    it reads plain lines."""
 
     def __init__(self) -> None:
         import threading
 
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[str | None] = asyncio.Queue()
-        threading.Thread(target=self._read, name="host-stub-stdin", daemon=True).start()
+        self._editor = _line_editor()
+        self._prompts: Any = None
+        if self._editor is not None:
+            import queue
+
+            self._prompts = queue.SimpleQueue()
+            target = self._read_edited
+        else:
+            target = self._read
+        threading.Thread(target=target, name="host-stub-stdin", daemon=True).start()
 
     def _read(self) -> None:
         try:
@@ -556,6 +751,18 @@ class _Lines:
             pass
         self._put(None)
 
+    def _read_edited(self) -> None:
+        """One ``input(prompt)`` per prompt asked for: readline draws the prompt, edits the
+        line and keeps it in the history."""
+        while True:
+            prompt = self._prompts.get()
+            try:
+                line: str | None = input(prompt)
+            except (EOFError, OSError, ValueError):
+                line = None
+            if not self._put(line) or line is None:
+                return
+
     def _put(self, line: str | None) -> bool:
         try:
             self._loop.call_soon_threadsafe(self._queue.put_nowait, line)
@@ -564,35 +771,76 @@ class _Lines:
         return True
 
     async def next(self, prompt: str) -> str | None:
-        click.echo(prompt, nl=False)
+        if self._prompts is not None:
+            self._prompts.put(prompt)
+        else:
+            click.echo(prompt, nl=False)
         return await self._queue.get()
+
+
+#: The chat's own commands, as ``/help`` lists them.
+CHAT_COMMANDS = {
+    "/summary": "show the session's summary",
+    "/compress": "compress the session now",
+    "/clear": "clear the session's history and summary",
+    "/help": "list these commands",
+    "/quit": "leave (Ctrl-D too); the session stays stored",
+}
+
+
+def chat_help() -> str:
+    lines = ["commands:"]
+    lines += [f"  {name:<10} {what}" for name, what in CHAT_COMMANDS.items()]
+    lines.append("  anything else is sent to the model; Up and Down recall earlier lines")
+    return "\n".join(lines)
+
+
+def resume_notice(session_id: str, active: int, archived: int, summarized: bool) -> str | None:
+    """The line that says a chat goes on with a stored session; ``None`` for a new one."""
+    if not active and not archived:
+        return None
+    total = active + archived
+    detail = f"{active} active"
+    if archived:
+        detail += f", {archived} archived" + (" into the summary" if summarized else "")
+    return (
+        f"resuming session {session_id!r} with {total} message{'' if total == 1 else 's'} "
+        f"({detail}); /clear starts it afresh"
+    )
 
 
 @host_options
 @cli.command()
-@click.option("--session", "session_id", default="chat", show_default=True)
+@click.option(
+    "--session",
+    "session_id",
+    default="chat",
+    show_default=True,
+    help="Session id: a stored session resumes with its history and summary.",
+)
 @click.pass_context
 @run_async
 async def chat(ctx: click.Context, session_id: str) -> None:
     """Chat with a model (streaming); the memory plugin summarizes as the chat grows.
-    Commands: /summary, /compress, /clear, /quit."""
+    Commands: /summary, /compress, /clear, /help, /quit."""
     config = host_config(ctx)
     if not config.host.model:
         raise UserError("chat needs a model: --model M (any litellm model string)")
-    _check_memory_url(config.host.memory)
+    _check_memory_url(config.host.memory, _memory_origin(ctx, config))
+    _check_plugins(config)
     _check_models(config, chat=True)
     quiet = _TurnErrorsShownByChat()
     logging.getLogger("host_stub.host").addFilter(quiet)
     try:
-        await _chat(ctx, session_id)
+        await _chat(ctx, session_id, config)
     finally:
         logging.getLogger("host_stub.host").removeFilter(quiet)
 
 
-async def _chat(ctx: click.Context, session_id: str) -> None:
+async def _chat(ctx: click.Context, session_id: str, config: HostConfig) -> None:
     from .report import CompressionEvent, compression_line
 
-    async with open_host(ctx) as host:
+    async with open_host(ctx, config=config, create=True) as host:
         item = host.plugins.get(MEMORY_PLUGIN)
         plugin = item.plugin if item is not None else None
         window = host.context_window()
@@ -624,8 +872,19 @@ async def _chat(ctx: click.Context, session_id: str) -> None:
         host.bus.connect(signals.SESSION_COMPRESSING, on_status)
         click.echo(
             f"chatting with {host.model} as session {session_id!r} (context window {window:,} "
-            f"tokens{'' if plugin else ', no memory plugin'}); /summary, /compress, /clear, /quit"
+            f"tokens{'' if plugin else ', no memory plugin'}); /help lists the commands"
         )
+        found = [s for s in await host.memory.list_sessions() if s.session_id == session_id]
+        if found:
+            record = await plugin.show(session_id) if plugin else None
+            notice = resume_notice(
+                session_id,
+                found[0].active,
+                found[0].archived,
+                summarized=bool(record is not None and record.text),
+            )
+            if notice:
+                click.echo(notice)
         lines = _Lines()
         replied = False
         while True:
@@ -656,9 +915,20 @@ async def _chat(ctx: click.Context, session_id: str) -> None:
                 await host.clear(session_id)
                 click.echo("[cleared: history and summary of this session]")
                 continue
+            if command == "/help":
+                click.echo(chat_help())
+                continue
+            if command.startswith("/") and command.split()[0] in CHAT_COMMANDS:
+                click.echo(f"{command.split()[0]} takes no arguments; /help lists the commands")
+                continue
             if command.startswith("/"):
+                click.echo(f"unknown command {command.split()[0]}: /help lists the commands")
+                continue
+            limit = host.config.host.max_message_chars
+            if limit and len(command) > limit:
                 click.echo(
-                    f"unknown command {command.split()[0]}: /summary, /compress, /clear, /quit"
+                    f"[not sent: {len(command):,} characters, over the limit of {limit:,} "
+                    "(host.max_message_chars)]"
                 )
                 continue
             click.echo("assistant> ", nl=False)
@@ -727,9 +997,13 @@ async def sessions(ctx: click.Context, as_json: bool) -> None:
 @click.argument("session", required=False)
 @click.option("--all", "all_sessions", is_flag=True, help="Clear every session.")
 @click.option(
-    "--type", "types", multiple=True, help="Only these memory types (history, summary, ...)."
+    "--type",
+    "types",
+    multiple=True,
+    metavar="TYPE",
+    help="Only this memory type (repeatable): history, or a plugin's (summary).",
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print what was cleared as JSON.")
 @click.pass_context
 @run_async
 async def clear(
@@ -743,6 +1017,12 @@ async def clear(
     if not session and not all_sessions:
         raise UserError("name a SESSION or pass --all")
     async with open_host(ctx) as host:
+        known_types = memory_types(host)
+        for kind in types:
+            if kind not in known_types:
+                raise UserError(
+                    f"unknown --type {kind!r}: this host clears {', '.join(known_types)}"
+                )
         if session and not all_sessions:
             # A mistyped name must not create an empty session (clearing bumps its epoch).
             known = {s.session_id for s in await host.memory.list_sessions()}
@@ -754,10 +1034,25 @@ async def clear(
     if as_json:
         click.echo(json.dumps(results, default=str))
     else:
-        click.echo(
-            f"cleared {session or 'all sessions'}: "
-            + ", ".join(f"{k}: {v}" for k, v in results.items())
+        click.echo(clear_line(None if all_sessions else session, results))
+
+
+def memory_types(host: Host) -> list[str]:
+    """The memory types ``clear --type`` takes: the host's history, and the summary when the
+    memory plugin is loaded."""
+    return ["history", *(["summary"] if MEMORY_PLUGIN in host.plugins else [])]
+
+
+def clear_line(session: str | None, results: dict[str, Any]) -> str:
+    """``cleared session 'trip': history, summary`` (``cleared 3 sessions: ...`` for --all)."""
+    if session is not None:
+        what = f"session {session!r}"
+    else:
+        count = max(
+            (int(v.get("sessions", 0)) for v in results.values() if isinstance(v, dict)), default=0
         )
+        what = f"{count} session{'' if count == 1 else 's'}"
+    return f"cleared {what}: {', '.join(results) or 'nothing'}"
 
 
 def _register_plugin_commands() -> None:
@@ -777,6 +1072,13 @@ def _register_plugin_commands() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    finally:
+        logging.getLogger("plugin_memory_summary").removeFilter(SHOWN_AS_COMPRESSION_LINES)
+
+
+def _main(argv: list[str] | None) -> int:
     _register_plugin_commands()
     try:
         cli.main(args=argv, prog_name="host-stub", standalone_mode=False)
@@ -787,7 +1089,7 @@ def main(argv: list[str] | None = None) -> int:
         exc.show()
         return exc.exit_code
     except USER_ERRORS as exc:
-        click.echo(f"host-stub: error: {exc}", err=True)
+        click.echo(f"host-stub: error: {_one_line(str(exc))}", err=True)
         return 2
     return 0
 

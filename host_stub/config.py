@@ -54,6 +54,10 @@ class HostSection(BaseModel):
     #: A reply with longer text is refused (a failed call) before it is counted or parsed.
     llm_max_reply_chars: int = Field(default=1_000_000, ge=1_000)
     max_tool_iterations: int = Field(default=8, ge=1, le=100)
+    #: Characters one message may hold (content plus tool-call arguments); 0 = no limit. An
+    #: over-long message from outside is refused before anything is stored; a tool's output
+    #: is cut to it.
+    max_message_chars: int = Field(default=200_000, ge=0)
     models: dict[str, ModelOverride] = Field(default_factory=dict)
 
 

@@ -15,12 +15,14 @@ import pluggy
 
 from . import signals
 from .bus import EventBus, await_me_maybe
+from .checks import check_message, cut_to_limit
 from .config import ConfigError, HostConfig
 from .hookspecs import Contribution, PromptView
 from .messages import Message, ToolCall, ToolCallFunction
 from .plugins import LoadedPlugin, check_services, get_plugin_manager, plugin_config
 from .prompt import assemble_prompt, history_breakdown, sanitize_tool_pairs
 from .services import LLMService, MemoryService, Snapshot
+from .session_ids import check_session_id
 from .tools import ToolRegistry
 
 __all__ = ["Host", "MemoryMessageArchive", "TurnResult", "open_host"]
@@ -285,12 +287,21 @@ class Host:
         on_delta: Callable[[str], Any] | None = None,
     ) -> TurnResult:
         """One turn. With ``recorded`` (replay), the recorded assistant and tool messages stand in
-        for the model's replies and the tools' results; no model is called."""
+        for the model's replies and the tools' results; no model is called.
+
+        An invalid session id (:class:`~host_stub.session_ids.InvalidSessionId`) or a message
+        without content or over ``max_message_chars`` (:class:`~host_stub.checks.MessageRejected`)
+        raises before anything is stored. ``user`` may be empty (no message) when a replay
+        resumes in the middle of a turn."""
         inputs = (
             [Message(role="user", content=user)]
             if isinstance(user, str)
             else ([user] if isinstance(user, Message) else list(user))
         )
+        check_session_id(session_id)
+        limit = self.config.host.max_message_chars
+        for message in [*inputs, *(recorded or [])]:
+            check_message(message, limit)
         result = TurnResult(session_id=session_id, outcome="silent")
         stored = await self.memory.append(session_id, inputs)
         result.messages.extend(stored)
@@ -386,7 +397,7 @@ class Host:
                         role="tool",
                         tool_call_id=call.id,
                         name=call.function.name,
-                        content=text,
+                        content=cut_to_limit(text, self.config.host.max_message_chars),
                         metadata={"is_error": True} if is_error else {},
                     )
                 )

@@ -289,16 +289,18 @@ async def run_replay(
     on_event: Callable[[CompressionEvent], Any] | None = None,
     store: str = "",
     facts: dict[str, str] | None = None,
+    resumed: bool = False,
 ) -> ReplayReport:
     """Replay ``messages`` into ``session_id`` through a host built from ``config`` (plugin on).
     ``baseline``: ``computed`` (from the same run), ``replay`` (a second replay through the same
     host without the plugin, on a throw-away store) or ``off``. ``on_start(run, turns)`` and
     ``on_turn(run, done)`` report progress; ``run`` is ``"with"`` or ``"without"``. ``facts``
-    (label -> text) are looked up in the final summary."""
+    (label -> text) are looked up in the final summary. ``resumed``: ``messages`` are the rest of
+    a conversation whose start is already stored (a resumed replay; the report covers the rest)."""
     if baseline not in ("computed", "replay", "off"):
         raise ValueError(f"baseline must be computed, replay or off, not {baseline!r}")
     started = time.perf_counter()
-    turns = split_turns(messages)
+    turns = split_turns(messages, resumed=resumed)
     host = Host(config)
     await host.start()
     try:

@@ -1,4 +1,9 @@
-"""CLI subcommands the plugin adds to ``host-stub`` through ``register_commands``."""
+"""CLI subcommands the plugin adds to ``host-stub`` through ``register_commands``.
+
+Every command works on a session that exists (it has messages, or a summary record such as
+pinned facts): an unknown one is a mistake, said in one line with exit code 2, and nothing is
+stored. ``pin --create`` pins facts ahead of a session's first message.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,20 @@ from typing import Any
 
 import click
 
-__all__ = ["register"]
+from host_stub.services import SUMMARY_NAMESPACE
+
+__all__ = ["register", "status_line"]
+
+
+class Refused(click.ClickException):
+    """A user mistake: one line, exit code 2."""
+
+    exit_code = 2
+
+    def show(self, file: Any = None) -> None:
+        ctx = click.get_current_context(silent=True)
+        prog = (ctx.find_root().info_name if ctx is not None else None) or "host-stub"
+        click.echo(f"{prog}: error: {self.message}", err=True)
 
 
 def _plugin(host: Any) -> Any:
@@ -17,19 +35,50 @@ def _plugin(host: Any) -> Any:
     return host.get_plugin(PLUGIN_NAME)
 
 
-def _echo_status(result: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps(result, ensure_ascii=False, default=str))
+async def _require_session(host: Any, session: str) -> None:
+    """Refuse a session the store does not know (no messages, no summary record)."""
+    known = {s.session_id for s in await host.memory.list_sessions()}
+    if session in known or await host.memory.get_metadata(SUMMARY_NAMESPACE, session):
         return
+    raise Refused(f"unknown session {session!r} in {host.config.host.memory}")
+
+
+def _plain(reason: str) -> str:
+    """A provider error without litellm's repeated prefixes (``InternalServerError:
+    litellm.InternalServerError: InternalServerError: ...``), on one line."""
+    parts: list[str] = []
+    for part in " ".join(reason.split()).split(": "):
+        part = part.removeprefix("litellm.")
+        if not parts or parts[-1] != part:
+            parts.append(part)
+    return ": ".join(parts)
+
+
+def status_line(result: dict[str, Any], command: str = "compress") -> str:
+    """A pipeline result in one line: ``done: 40 messages summarized, tokens 12,400 -> 1,020``.
+    A rebuild says what it rebuilt before what the compression after it did."""
     stats = result.get("stats", {})
-    line = f"{result['status']}: {result.get('reason', '')}".rstrip(": ")
+    line = f"{result['status']}: {_plain(str(result.get('reason', '')))}".rstrip(": ")
     if stats.get("messages_summarized"):
+        before, after = stats.get("tokens_before"), stats.get("tokens_after")
+        tokens = (
+            f", tokens {before:,} -> {after:,}"
+            if isinstance(before, int) and isinstance(after, int)
+            else ""
+        )
         line += (
-            f" ({stats['messages_summarized']} messages summarized, tokens "
-            f"{stats.get('tokens_before')} -> {stats.get('tokens_after')}"
+            f" ({stats['messages_summarized']:,} messages summarized{tokens}"
             f"{', fallback ' + stats['fallback'] if stats.get('fallback') else ''})"
         )
-    click.echo(line)
+    if command == "rebuild" and "rebuilt_from" in stats:
+        count = int(stats["rebuilt_from"])
+        rebuilt = (
+            f"rebuilt: the summary now covers {count:,} archived message{'' if count == 1 else 's'}"
+        )
+        if result["status"] == "skipped":
+            return f"{rebuilt}; nothing more to compress"
+        return f"{rebuilt}; then compressed: {line}"
+    return line
 
 
 def register(cli: Any, open_host: Any) -> None:
@@ -42,6 +91,7 @@ def register(cli: Any, open_host: Any) -> None:
 
         async def run() -> None:
             async with open_host(ctx) as host:
+                await _require_session(host, session)
                 record = await _plugin(host).show(session)
             if as_json:
                 click.echo(
@@ -53,8 +103,8 @@ def register(cli: Any, open_host: Any) -> None:
                 click.echo(f"no summary for session {session!r}")
             else:
                 click.echo(
-                    f"session {session}: {record.messages_summarized} messages summarized in "
-                    f"{record.compressions} compressions, covered through seq "
+                    f"session {session}: {record.messages_summarized:,} messages summarized in "
+                    f"{record.compressions:,} compressions, covered through seq "
                     f"{record.covered_up_to_seq}"
                 )
                 click.echo(record.text)
@@ -71,10 +121,15 @@ def register(cli: Any, open_host: Any) -> None:
         def command(ctx: click.Context, session: str, as_json: bool) -> None:
             async def run() -> dict[str, Any]:
                 async with open_host(ctx) as host:
+                    await _require_session(host, session)
                     result: dict[str, Any] = await getattr(_plugin(host), method)(session)
                     return result
 
-            _echo_status(asyncio.run(run()), as_json)
+            result = asyncio.run(run())
+            if as_json:
+                click.echo(json.dumps(result, ensure_ascii=False, default=str))
+            else:
+                click.echo(status_line(result, name))
 
     status_command("compress", "compress", "Compress a session now (ignores the threshold).")
     status_command(
@@ -84,13 +139,26 @@ def register(cli: Any, open_host: Any) -> None:
     @cli.command("pin")
     @click.argument("session")
     @click.argument("fact")
+    @click.option(
+        "--create",
+        is_flag=True,
+        help="Pin even if the session does not exist yet (facts ahead of its first message).",
+    )
     @click.pass_context
-    def pin(ctx: click.Context, session: str, fact: str) -> None:
+    def pin(ctx: click.Context, session: str, fact: str, create: bool) -> None:
         """Pin a fact that every later summary keeps."""
 
         async def run() -> None:
-            async with open_host(ctx) as host:
+            async with open_host(ctx, create=create) as host:
+                if not create:
+                    try:
+                        await _require_session(host, session)
+                    except Refused as exc:
+                        raise Refused(f"{exc.message} (pin --create pins ahead of it)") from None
                 record = await _plugin(host).pin(session, fact)
-            click.echo(f"pinned ({len(record.payload.pinned_facts)} pinned facts)")
+            count = len(record.payload.pinned_facts)
+            click.echo(
+                f"pinned in session {session!r} ({count} pinned fact{'' if count == 1 else 's'})"
+            )
 
         asyncio.run(run())

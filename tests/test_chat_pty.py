@@ -241,3 +241,60 @@ def test_chat_ends_with_one_line_when_the_first_call_fails(
     # What the user typed is kept.
     assert main(["sessions", "--json", "--db", str(db)]) == 0
     assert json.loads(capsys.readouterr().out)[0]["active"] == 1
+
+
+def test_p19_chat_edits_lines_recalls_history_helps_and_says_it_resumes(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """Up recalls the line typed before (readline), ``/help`` lists the commands, and a chat on
+    a stored session says it resumes and with how many messages."""
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test", "COLUMNS": "120", "TERM": "xterm"}
+    argv = [
+        str(SCRIPT),
+        "chat",
+        "--model",
+        "openai/fake-model",
+        "--api-base",
+        server.base_url,
+        "--db",
+        str(tmp_path / "chat.db"),
+        "--config",
+        str(_config(tmp_path)),
+    ]
+    term = Terminal(argv, env)
+    try:
+        shown = term.expect("you> ")
+        assert "resuming" not in shown
+        term.send("My tomato plant is called Rosa")
+        term.expect("you> ")
+        term.send("\x1b[A")  # Up, then Enter: the line before, sent again
+        shown = term.expect("you> ")
+        assert "Echo: My tomato plant is called Rosa." in shown, shown
+        term.send("Rosa six tomatoes" + "\x1b[D" * 12 + "has ")  # Left 12 times, insert
+        shown = term.expect("you> ")
+        assert "Echo: Rosa has six tomatoes." in shown, shown
+        term.send("/help")
+        shown = term.expect("you> ")
+        for command in ("/summary", "/compress", "/clear", "/help", "/quit"):
+            assert command in shown, shown
+        term.send("/quit")
+        assert term.drain() == 0
+    finally:
+        term.close()
+    chat_calls = [b for b in server.requests if b.get("stream")]
+    assert [c["messages"][-1]["content"] for c in chat_calls] == [
+        "My tomato plant is called Rosa",
+        "My tomato plant is called Rosa",
+        "Rosa has six tomatoes",
+    ]
+    term = Terminal(argv, env)
+    try:
+        shown = term.expect("you> ")
+        assert "resuming session 'chat' with 6 messages (6 active); /clear starts it afresh" in (
+            shown
+        ), shown
+        term.send("/quit")
+        assert term.drain() == 0
+    finally:
+        term.close()
+    assert "Traceback" not in term.text

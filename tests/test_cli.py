@@ -72,13 +72,20 @@ def test_clear_of_an_unknown_session_is_a_user_error_and_creates_nothing(
 ) -> None:
     db = str(tmp_path / "m.db")
     code, out, err = run(["clear", "trip-typo", "--db", db], capsys)
+    assert code == 2 and out == "" and not Path(db).exists()
+    assert (
+        err.strip()
+        == f"host-stub: error: no such store: sqlite:///{db} (replay, demo or chat create one)"
+    )
+    # Facts pinned before the first message (pin --create makes the store) make the session
+    # known to clear; a typo is still unknown.
+    code, _, err = run(["pin", "trip", "allergic to nuts", "--create", "--db", db], capsys)
+    assert code == 0, err
+    code, out, err = run(["clear", "trip-typo", "--db", db], capsys)
     assert code == 2 and out == ""
     assert err.strip() == f"host-stub: error: no session 'trip-typo' in sqlite:///{db}"
     code, out, _ = run(["sessions", "--json", "--db", db], capsys)
     assert code == 0 and json.loads(out) == []
-    # Facts pinned before the first message make the session known to clear.
-    code, _, err = run(["pin", "trip", "allergic to nuts", "--db", db], capsys)
-    assert code == 0, err
     code, out, err = run(["clear", "trip", "--json", "--db", db], capsys)
     assert code == 0 and "summary" in json.loads(out), err
     code, out, _ = run(["summary", "trip", "--db", db], capsys)

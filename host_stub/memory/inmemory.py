@@ -22,6 +22,7 @@ from ..services import (
     SessionInfo,
     Snapshot,
 )
+from ..session_ids import check_session_id
 from ._common import (
     TokenCounter,
     body_of,
@@ -101,6 +102,7 @@ class InMemoryMemory:
     # -- messages -----------------------------------------------------------------------------
 
     async def append(self, session_id: str, messages: Sequence[Message]) -> list[Message]:
+        check_session_id(session_id)
         if not messages:
             return []
         counted = [(m, tokens_of(m, self._count)) for m in messages]
@@ -209,6 +211,7 @@ class InMemoryMemory:
         value: dict[str, Any],
         expected_version: int | None = None,
     ) -> int | None:
+        check_session_id(key)
         if value is None:
             raise ValueError("save_metadata needs a value; use delete_metadata to delete")
         async with self._lock:
@@ -260,6 +263,7 @@ class InMemoryMemory:
             return session.epoch if session else 0
 
     async def clear(self, session_id: str, types: Sequence[str] | None = None) -> int:
+        check_session_id(session_id)
         async with self._lock:
             now = time.time()
             session = self._session(session_id)

@@ -50,6 +50,7 @@ from ..services import (
     SessionInfo,
     Snapshot,
 )
+from ..session_ids import check_session_id
 from ._common import (
     TokenCounter,
     body_of,
@@ -363,6 +364,7 @@ class PostgresMemory:
     # -- messages -----------------------------------------------------------------------------
 
     async def append(self, session_id: str, messages: Sequence[Message]) -> list[Message]:
+        check_session_id(session_id)
         if not messages:
             return []
         counted = [(m, tokens_of(m, self._count), body_of(m)) for m in messages]
@@ -504,6 +506,7 @@ class PostgresMemory:
         value: dict[str, Any],
         expected_version: int | None = None,
     ) -> int | None:
+        check_session_id(key)
         if value is None:
             raise ValueError("save_metadata needs a value; use delete_metadata to delete")
         text = _dump_value(value)
@@ -568,6 +571,7 @@ class PostgresMemory:
             return await self._epoch(conn, session_id)
 
     async def clear(self, session_id: str, types: Sequence[str] | None = None) -> int:
+        check_session_id(session_id)
         async with self._tx() as conn:
             await self._lock_session(conn, session_id)
             epoch = await conn.fetchval(

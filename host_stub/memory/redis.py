@@ -63,6 +63,7 @@ from ..services import (
     SessionInfo,
     Snapshot,
 )
+from ..session_ids import check_session_id
 from ._common import (
     TokenCounter,
     body_of,
@@ -509,6 +510,7 @@ class RedisMemory:
     # -- messages -----------------------------------------------------------------------------
 
     async def append(self, session_id: str, messages: Sequence[Message]) -> list[Message]:
+        check_session_id(session_id)
         if not messages:
             return []
         rows = []
@@ -613,6 +615,7 @@ class RedisMemory:
         value: dict[str, Any],
         expected_version: int | None = None,
     ) -> int | None:
+        check_session_id(key)
         if value is None:
             raise ValueError("save_metadata needs a value; use delete_metadata to delete")
         return await self._write_metadata(namespace, key, _dump_value(value), expected_version)
@@ -662,6 +665,7 @@ class RedisMemory:
         return 0 if epoch is None else int(epoch)
 
     async def clear(self, session_id: str, types: Sequence[str] | None = None) -> int:
+        check_session_id(session_id)
         s, _, a, z, x = self._session_keys(session_id)
         if types is None:
             flags, namespaces = ["1", "1"], []

@@ -61,6 +61,7 @@ from ..services import (
     SessionInfo,
     Snapshot,
 )
+from ..session_ids import check_session_id
 from ._common import (
     TokenCounter,
     body_of,
@@ -211,6 +212,13 @@ class SQLiteMemory:
             self._migrate(db)
             if self._trace is not None:
                 db.set_trace_callback(self._trace)
+        except sqlite3.DatabaseError as exc:
+            db.close()
+            if type(exc) is sqlite3.DatabaseError:  # "file is not a database": not ours to fix
+                raise ConnectionError(
+                    f"{self.path}: cannot open: not a SQLite database ({exc})"
+                ) from None
+            raise
         except BaseException:
             db.close()
             raise
@@ -276,6 +284,7 @@ class SQLiteMemory:
     # -- messages -----------------------------------------------------------------------------
 
     async def append(self, session_id: str, messages: Sequence[Message]) -> list[Message]:
+        check_session_id(session_id)
         if not messages:
             return []
         given = [(m.role, m.kind, body_of(m), tokens_of(m, self._count)) for m in messages]
@@ -416,6 +425,7 @@ class SQLiteMemory:
         value: dict[str, Any],
         expected_version: int | None = None,
     ) -> int | None:
+        check_session_id(key)
         if value is None:
             raise ValueError("save_metadata needs a value; use delete_metadata to delete")
         text = _dump_value(value)
@@ -489,6 +499,8 @@ class SQLiteMemory:
         return await self._call(lambda db: _epoch(db, session_id), write=False)
 
     async def clear(self, session_id: str, types: Sequence[str] | None = None) -> int:
+        check_session_id(session_id)
+
         def job(db: sqlite3.Connection) -> int:
             now = time.time()
             db.execute(

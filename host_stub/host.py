@@ -16,7 +16,7 @@ import pluggy
 from . import signals
 from .bus import EventBus, await_me_maybe
 from .config import ConfigError, HostConfig
-from .hookspecs import Contribution, PromptView
+from .hookspecs import AgentTool, Contribution, PromptView, ToolContext
 from .messages import Message, ToolCall, ToolCallFunction
 from .plugins import LoadedPlugin, check_services, get_plugin_manager, plugin_config
 from .prompt import assemble_prompt, history_breakdown, sanitize_tool_pairs
@@ -149,7 +149,31 @@ class Host:
             ):
                 await await_me_maybe(result)
         self._started = True
+        await self._register_plugin_tools()
         return self
+
+    async def _register_plugin_tools(self) -> None:
+        """Put the tools plugins return from ``agent_tools`` into the tool loop. A name the host
+        or another plugin already uses is a start-up error."""
+        assert self.pm is not None
+        for impl in self.pm.hook.agent_tools.get_hookimpls():
+            value = await await_me_maybe(impl.function())
+            items = value if isinstance(value, list) else ([] if value is None else [value])
+            for item in items:
+                tool = AgentTool.model_validate(item)
+                if tool.name in self.tools:
+                    raise ConfigError(
+                        f"plugin {impl.plugin_name!r}: agent tool {tool.name!r} is already "
+                        "registered"
+                    )
+                self.tools.register(
+                    tool.name,
+                    tool.handler,
+                    tool.description,
+                    tool.parameters,
+                    takes_context=True,
+                )
+        self._tool_def_tokens = None
 
     async def stop(self) -> None:
         if self.pm is not None and self._started:
@@ -379,7 +403,10 @@ class Host:
                 return
             outputs = []
             for call in calls:
-                text, is_error = await self.tools.run(call.function.name, call.function.arguments)
+                context = ToolContext(session_id=session_id, call_id=call.id, model=self.model)
+                text, is_error = await self.tools.run(
+                    call.function.name, call.function.arguments, context
+                )
                 outputs.append(
                     Message(
                         role="tool",

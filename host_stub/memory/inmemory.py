@@ -19,6 +19,7 @@ from ..services import (
     SUMMARY_NAMESPACE,
     LeaseToken,
     MetadataEntry,
+    SearchHit,
     SessionInfo,
     Snapshot,
 )
@@ -34,6 +35,7 @@ from ._common import (
     to_datetime,
     tokens_of,
 )
+from ._search import bm25, indexable, query_terms, term_counts, top
 
 __all__ = ["InMemoryMemory"]
 
@@ -45,6 +47,32 @@ class _Session:
     updated_at: float = field(default_factory=time.time)
     #: seq -> stored message (``archived`` set once archived), in seq order.
     messages: dict[int, Message] = field(default_factory=dict)
+    #: The search index: term -> {seq: term frequency}; seq -> (number of terms, stored at).
+    postings: dict[str, dict[int, int]] = field(default_factory=dict)
+    docs: dict[int, tuple[int, float]] = field(default_factory=dict)
+    total_terms: int = 0
+
+    def index(self, message: Message, now: float) -> None:
+        counts = term_counts(message)
+        seq = message.seq or 0
+        for term, tf in counts.items():
+            self.postings.setdefault(term, {})[seq] = tf
+        length = sum(counts.values())
+        self.docs[seq] = (length, now)
+        self.total_terms += length
+
+    def unindex(self, seqs: Sequence[int]) -> None:
+        for seq in seqs:
+            doc = self.docs.pop(seq, None)
+            if doc is None:
+                continue
+            self.total_terms -= doc[0]
+            for term in term_counts(self.messages[seq]):
+                posting = self.postings.get(term)
+                if posting is not None:
+                    posting.pop(seq, None)
+                    if not posting:
+                        del self.postings[term]
 
 
 class InMemoryMemory:
@@ -106,6 +134,7 @@ class InMemoryMemory:
         counted = [(m, tokens_of(m, self._count)) for m in messages]
         async with self._lock:
             session = self._session(session_id)
+            now = time.time()
             out: list[Message] = []
             for message, tokens in counted:
                 session.last_seq += 1
@@ -120,8 +149,10 @@ class InMemoryMemory:
                     archived=None,
                 )
                 session.messages[stored.seq] = stored  # type: ignore[index]
+                if indexable(stored):
+                    session.index(stored, now)
                 out.append(stored.model_copy(deep=True))
-            session.updated_at = time.time()
+            session.updated_at = now
             return out
 
     async def get_history(self, session_id: str, limit: int | None = None) -> list[Message]:
@@ -152,6 +183,42 @@ class InMemoryMemory:
                 epoch=session.epoch if session else 0,
                 messages=_copies(self._active(session_id)),
                 record=_entry_copy(self._metadata.get((namespace, session_id))),
+            )
+
+    async def search(
+        self, session_id: str, query: str, *, role: str | None = None, limit: int = 10
+    ) -> list[SearchHit]:
+        check_limit(limit)
+        terms = query_terms(query)
+        async with self._lock:
+            session = self._sessions.get(session_id)
+            if session is None or not terms or not limit or not session.docs:
+                return []
+            n = len(session.docs)
+            docs = session.docs
+            scores = bm25(terms, session.postings, lambda s: docs[s][0], n, session.total_terms / n)
+            if role is not None:
+                scores = {s: v for s, v in scores.items() if session.messages[s].role == role}
+            return [
+                SearchHit(
+                    message=session.messages[seq].model_copy(deep=True),
+                    score=score,
+                    stored_at=to_datetime(session.docs[seq][1]),
+                )
+                for seq, score in top(scores, limit)
+            ]
+
+    async def get_range(self, session_id: str, from_seq: int, to_seq: int) -> list[Message]:
+        async with self._lock:
+            session = self._sessions.get(session_id)
+            if session is None:
+                return []
+            return _copies(
+                [
+                    m
+                    for s, m in session.messages.items()
+                    if from_seq <= s <= to_seq and s in session.docs
+                ]
             )
 
     async def trim_history(
@@ -268,6 +335,7 @@ class InMemoryMemory:
             if types is None or "history" in types:
                 seqs = [m.seq or 0 for m in self._active(session_id)]
                 self._archive(session, seqs, "cleared", now)
+                session.unindex(list(session.docs))
             if types is None:
                 namespaces = sorted(ns for ns, key in self._metadata if key == session_id)
             else:
@@ -287,6 +355,7 @@ class InMemoryMemory:
                 if s in session.messages and session.messages[s].archived != "deleted"
             )
             self._archive(session, found, "deleted", time.time())
+            session.unindex(found)
             return found
 
     async def forget(self, session_id: str) -> None:

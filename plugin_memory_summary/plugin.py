@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import time
@@ -627,6 +628,12 @@ class MemorySummaryPlugin:
             with contextlib.suppress(Exception):
                 await asyncio.shield(tail)
 
+    @hookimpl
+    def agent_tools(self) -> list[Any]:
+        from .recall import recall_tools  # memory_search and memory_expand
+
+        return recall_tools(self)
+
     # -- the pipeline --------------------------------------------------------------------------
     def _count(self, text: str) -> int:
         """Tokens of ``text`` for the summary model. A compression counts the same strings more
@@ -642,7 +649,7 @@ class MemorySummaryPlugin:
         return tokens
 
     def _framing_tokens(self, lang: str) -> int:
-        return self._count(framing_overhead(lang))  # remembered by _count
+        return self._count(framing_overhead(lang, self.config.recall_tokens > 0))  # memo
 
     def _summary_model(self) -> str | None:
         assert self.llm is not None
@@ -710,18 +717,19 @@ class MemorySummaryPlugin:
         cached = self._blocks.get(key)
         if cached is not None:
             return cached
-        block = wrap_summary_block(record.text, record.lang)
+        wrap = functools.partial(wrap_summary_block, recall=self.config.recall_tokens > 0)
+        block = wrap(record.text, record.lang)
         tokens = self._count(block)
         if tokens > budget:
             text = record.text
             lo, hi = 0, len(text)
             while lo < hi:  # longest prefix whose block fits
                 mid = (lo + hi + 1) // 2
-                if self._count(wrap_summary_block(cut_text(text, mid), record.lang)) <= budget:
+                if self._count(wrap(cut_text(text, mid), record.lang)) <= budget:
                     lo = mid
                 else:
                     hi = mid - 1
-            block = wrap_summary_block(cut_text(text, lo), record.lang)
+            block = wrap(cut_text(text, lo), record.lang)
             tokens = self._count(block)
         if len(self._blocks) > 4096:
             self._blocks.clear()

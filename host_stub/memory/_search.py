@@ -10,17 +10,19 @@ One tokenizer for all four backends, so a query finds the same messages on each:
   (plural and ``-ed``/``-ing`` endings, Porter's step 1) maps ``booked``/``booking``/``books`` to
   one term. Words of one letter are dropped; numbers of any length are kept.
 
-Queries match ANY of their terms (OR); ranking is BM25 (SQLite's FTS5 ``bm25``; the in-memory and
-Redis backends compute it with :func:`bm25`; PostgreSQL ranks with ``ts_rank`` weighted by the
-terms' rarity), so messages holding more of the rarer query terms come first.
+A message is indexed under its own terms and, at half weight, those of the message before it
+(at most :data:`MAX_CONTEXT_TERMS` of them, and only when that message is searchable and at most
+:data:`CONTEXT_SPAN` seqs back): a reply such as "Lima." is found by the words of the question
+it answers. Queries match ANY of their terms (OR); ranking is BM25 (SQLite's FTS5 ``bm25``; the
+in-memory and Redis backends compute it with :func:`bm25`; PostgreSQL ranks with ``ts_rank``
+weighted by the terms' rarity), so messages holding more of the rarer query terms come first.
 """
 
 from __future__ import annotations
 
 import math
 import unicodedata
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..messages import Message, text_of
 
@@ -38,6 +40,13 @@ MAX_INDEX_TERMS = 4000
 MAX_INDEX_CHARS = 40_000
 #: Terms of a query used at most.
 MAX_QUERY_TERMS = 64
+#: Terms of the previous message a message is also indexed under, at most.
+MAX_CONTEXT_TERMS = 400
+#: The previous message lends its terms only if it is at most this many seqs back.
+CONTEXT_SPAN = 50
+#: A lent term counts this much against one of the message's own (BM25 term frequency, FTS5
+#: column weight, PostgreSQL ``ts_rank`` weight of class B).
+CONTEXT_WEIGHT = 0.5
 
 _STOP = frozenset(
     """a an and are as at be been being but by can could did do does doing done for from had has
@@ -191,6 +200,53 @@ def query_terms(query: str) -> list[str]:
     return list(dict.fromkeys(_terms(query, unigrams=False)))[:MAX_QUERY_TERMS]
 
 
+def own_terms(message: Message) -> list[str] | None:
+    """A message's own index terms (``None``: it is not indexed at all)."""
+    return index_terms(search_text(message)) if indexable(message) else None
+
+
+def context_of(own: Sequence[str]) -> list[str]:
+    """What a message lends the next one: its first :data:`MAX_CONTEXT_TERMS` terms."""
+    return list(own[:MAX_CONTEXT_TERMS])
+
+
+Indexed = tuple[list[str], list[str]]
+
+
+def with_context(
+    owns: Sequence[list[str] | None], previous: Sequence[str] | None
+) -> list[Indexed | None]:
+    """What messages appended together are indexed under, oldest first, given their own terms
+    (``None``: not indexed): ``(own terms, terms the searchable message before lends)``
+    (``previous``: the own terms of the searchable message stored before the batch, if any)."""
+    out: list[Indexed | None] = []
+    for own in owns:
+        if own is None:
+            out.append(None)
+            continue
+        out.append((own, context_of(previous) if previous else []))
+        previous = own
+    return out
+
+
+def batch_terms(
+    messages: Sequence[Message], previous: Sequence[str] | None
+) -> list[Indexed | None]:
+    """:func:`with_context` for messages."""
+    return with_context([own_terms(m) for m in messages], previous)
+
+
+def weighted_counts(indexed: Indexed) -> dict[str, float]:
+    """Term frequencies of an entry: own terms count 1, lent ones :data:`CONTEXT_WEIGHT`."""
+    counts: dict[str, float] = {}
+    own, context = indexed
+    for term in own:
+        counts[term] = counts.get(term, 0.0) + 1.0
+    for term in context:
+        counts[term] = counts.get(term, 0.0) + CONTEXT_WEIGHT
+    return counts
+
+
 def search_text(message: Message) -> str:
     """What of a message is searchable: its text, and for an assistant's tool calls each call's
     name and arguments."""
@@ -207,14 +263,10 @@ def indexable(message: Message) -> bool:
     return not message.is_marker
 
 
-def term_counts(message: Message) -> Counter[str]:
-    return Counter(index_terms(search_text(message)))
-
-
 def bm25(
     query: list[str],
-    postings: Mapping[str, Mapping[int, int]],
-    length: Callable[[int], int],
+    postings: Mapping[str, Mapping[int, float]],
+    length: Callable[[int], float],
     n_docs: int,
     avg_len: float,
     *,

@@ -35,7 +35,16 @@ from ._common import (
     to_datetime,
     tokens_of,
 )
-from ._search import bm25, indexable, query_terms, term_counts, top
+from ._search import (
+    CONTEXT_SPAN,
+    Indexed,
+    batch_terms,
+    bm25,
+    own_terms,
+    query_terms,
+    top,
+    weighted_counts,
+)
 
 __all__ = ["InMemoryMemory"]
 
@@ -47,18 +56,25 @@ class _Session:
     updated_at: float = field(default_factory=time.time)
     #: seq -> stored message (``archived`` set once archived), in seq order.
     messages: dict[int, Message] = field(default_factory=dict)
-    #: The search index: term -> {seq: term frequency}; seq -> (number of terms, stored at).
-    postings: dict[str, dict[int, int]] = field(default_factory=dict)
-    docs: dict[int, tuple[int, float]] = field(default_factory=dict)
-    total_terms: int = 0
+    #: The search index: term -> {seq: term frequency};
+    #: seq -> (its term counts, their sum, stored at).
+    postings: dict[str, dict[int, float]] = field(default_factory=dict)
+    docs: dict[int, tuple[dict[str, float], float, float]] = field(default_factory=dict)
+    total_terms: float = 0.0
 
-    def index(self, message: Message, now: float) -> None:
-        counts = term_counts(message)
-        seq = message.seq or 0
+    def previous_terms(self, first_seq: int) -> list[str] | None:
+        """The own terms of the searchable message a batch starting at ``first_seq`` follows."""
+        for seq in range(first_seq - 1, max(0, first_seq - 1 - CONTEXT_SPAN), -1):
+            if seq in self.docs:
+                return own_terms(self.messages[seq])
+        return None
+
+    def index(self, seq: int, indexed: Indexed, now: float) -> None:
+        counts = weighted_counts(indexed)
         for term, tf in counts.items():
             self.postings.setdefault(term, {})[seq] = tf
         length = sum(counts.values())
-        self.docs[seq] = (length, now)
+        self.docs[seq] = (counts, length, now)
         self.total_terms += length
 
     def unindex(self, seqs: Sequence[int]) -> None:
@@ -66,8 +82,8 @@ class _Session:
             doc = self.docs.pop(seq, None)
             if doc is None:
                 continue
-            self.total_terms -= doc[0]
-            for term in term_counts(self.messages[seq]):
+            self.total_terms -= doc[1]
+            for term in doc[0]:
                 posting = self.postings.get(term)
                 if posting is not None:
                     posting.pop(seq, None)
@@ -135,8 +151,9 @@ class InMemoryMemory:
         async with self._lock:
             session = self._session(session_id)
             now = time.time()
+            terms = batch_terms(messages, session.previous_terms(session.last_seq + 1))
             out: list[Message] = []
-            for message, tokens in counted:
+            for (message, tokens), indexed in zip(counted, terms, strict=True):
                 session.last_seq += 1
                 # Through JSON, as the SQL backends store it, so all accept the same input.
                 stored = message_from_row(
@@ -149,8 +166,8 @@ class InMemoryMemory:
                     archived=None,
                 )
                 session.messages[stored.seq] = stored  # type: ignore[index]
-                if indexable(stored):
-                    session.index(stored, now)
+                if indexed is not None:
+                    session.index(session.last_seq, indexed, now)
                 out.append(stored.model_copy(deep=True))
             session.updated_at = now
             return out
@@ -196,14 +213,20 @@ class InMemoryMemory:
                 return []
             n = len(session.docs)
             docs = session.docs
-            scores = bm25(terms, session.postings, lambda s: docs[s][0], n, session.total_terms / n)
+            scores = bm25(
+                terms,
+                session.postings,
+                lambda s: docs[s][1],
+                n,
+                session.total_terms / n,
+            )
             if role is not None:
                 scores = {s: v for s, v in scores.items() if session.messages[s].role == role}
             return [
                 SearchHit(
                     message=session.messages[seq].model_copy(deep=True),
                     score=score,
-                    stored_at=to_datetime(session.docs[seq][1]),
+                    stored_at=to_datetime(session.docs[seq][2]),
                 )
                 for seq, score in top(scores, limit)
             ]

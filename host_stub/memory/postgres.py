@@ -62,7 +62,7 @@ from ._common import (
     to_datetime,
     tokens_of,
 )
-from ._search import index_terms, indexable, query_terms, search_text
+from ._search import CONTEXT_SPAN, CONTEXT_WEIGHT, own_terms, query_terms, with_context
 
 __all__ = ["SCHEMA_VERSION", "PostgresMemory", "redact_url"]
 
@@ -115,22 +115,35 @@ _MIGRATIONS: dict[int, list[str]] = {
     ],
 }
 
+#: A message's tsvector: its own terms (weight class A), the terms the message before it lends
+#: (class B, ranked at ``CONTEXT_WEIGHT``).
+_TSVECTOR = (
+    "setweight(to_tsvector('simple', {own}), 'A') || setweight(to_tsvector('simple', {lent}), 'B')"
+)
+
+#: ``ts_rank`` weights of the classes D, C, B, A.
+_RANK_WEIGHTS = f"{{0.1, 0.2, {CONTEXT_WEIGHT}, 1.0}}"
+
 #: Search: the candidates (any query term, as ``websearch_to_tsquery`` reads "a or b"), each
 #: term's weight from its document frequency among them (BM25's idf, with the session's message
 #: count as N), a candidate's score the sum over the terms it holds of weight x ``ts_rank``.
 _SEARCH = """
-WITH c AS MATERIALIZED (
+WITH t AS MATERIALIZED (
+    SELECT i, websearch_to_tsquery('simple', term) AS q
+    FROM unnest($3::text[]) WITH ORDINALITY AS u(term, i)
+), c AS MATERIALIZED (
     SELECT seq, search FROM {p}messages
     WHERE session_id = $1 AND search @@ websearch_to_tsquery('simple', $2) {role}
-), t AS (
-    SELECT websearch_to_tsquery('simple', term) AS q FROM unnest($3::text[]) AS term
-), w AS (
-    SELECT t.q, ln(1 + ($4 - count(*) + 0.5) / (count(*) + 0.5)) AS idf
-    FROM t JOIN c ON c.search @@ t.q GROUP BY t.q
+), hit AS MATERIALIZED (
+    SELECT c.seq, t.i, ts_rank('{weights}', c.search, t.q, 1) AS r
+    FROM c CROSS JOIN t WHERE c.search @@ t.q
+), w AS MATERIALIZED (
+    SELECT i, ln(1 + (n.n - count(*) + 0.5) / (count(*) + 0.5)) AS idf
+    FROM hit, (SELECT last_seq AS n FROM {p}sessions WHERE session_id = $1) AS n
+    GROUP BY i, n.n
 ), ranked AS (
-    SELECT c.seq, sum(w.idf * ts_rank(c.search, w.q, 1)) AS score
-    FROM c JOIN w ON c.search @@ w.q GROUP BY c.seq
-    ORDER BY score DESC, c.seq DESC LIMIT $5
+    SELECT hit.seq, sum(w.idf * hit.r) AS score FROM hit JOIN w USING (i)
+    GROUP BY hit.seq ORDER BY score DESC, hit.seq DESC LIMIT $4
 )
 SELECT m.seq, m.epoch, m.role, m.kind, m.body, m.tokens, m.archived, m.created_at, r.score
 FROM ranked r JOIN {p}messages m ON m.session_id = $1 AND m.seq = r.seq
@@ -398,7 +411,7 @@ class PostgresMemory:
         if not messages:
             return []
         counted = [(m, tokens_of(m, self._count), body_of(m)) for m in messages]
-        terms = [_terms_text(m) for m in messages]
+        owns = [own_terms(m) for m in messages]
         n = len(counted)
         async with self._tx() as conn:
             # The upsert locks the session's row until commit: the counter is taken, and the
@@ -416,14 +429,30 @@ class PostgresMemory:
                 n,
             )
             epoch, first = int(row["epoch"]), int(row["last_seq"]) - n + 1
+            previous = None
+            if first > 1 and any(own is not None for own in owns):
+                prev = await conn.fetch(
+                    self._sql(
+                        f"SELECT {_MESSAGE_COLUMNS} FROM {{p}}messages WHERE session_id = $1"
+                        " AND seq BETWEEN $2 AND $3 AND search IS NOT NULL"
+                        " ORDER BY seq DESC LIMIT 1"
+                    ),
+                    session_id,
+                    max(1, first - CONTEXT_SPAN),
+                    first - 1,
+                )
+                previous = own_terms(_rows_to_messages(prev)[0]) if prev else None
+            indexed = with_context(owns, previous)
+            own_texts = [None if t is None else " ".join(t[0]) for t in indexed]
+            lent_texts = [None if t is None else " ".join(t[1]) for t in indexed]
             await conn.execute(
                 self._sql(
                     "INSERT INTO {p}messages (session_id, seq, epoch, role, kind, body, tokens,"
                     " archived, archived_at, created_at, search)"
                     f" SELECT $1, t.seq, $2, t.role, t.kind, t.body, t.tokens, NULL, NULL, {_NOW},"
-                    " to_tsvector('simple', t.terms)"
+                    f" {_TSVECTOR.format(own='t.own', lent='t.lent')}"
                     " FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[],"
-                    " $8::text[]) AS t(seq, role, kind, body, tokens, terms)"
+                    " $8::text[], $9::text[]) AS t(seq, role, kind, body, tokens, own, lent)"
                 ),
                 session_id,
                 epoch,
@@ -432,7 +461,8 @@ class PostgresMemory:
                 [m.kind for m, _, _ in counted],
                 [body for _, _, body in counted],
                 [tokens for _, tokens, _ in counted],
-                terms,
+                own_texts,
+                lent_texts,
             )
         return [
             message_from_row(
@@ -473,19 +503,14 @@ class PostgresMemory:
         terms = query_terms(query)
         if not terms or not limit:
             return []
-        args: list[Any] = [session_id, " or ".join(terms), terms, 0, limit]
+        args: list[Any] = [session_id, " or ".join(terms), terms, limit]
         role_sql = ""
         if role is not None:
-            role_sql = "AND role = $6"
+            role_sql = "AND role = $5"
             args.append(role)
         async with self._conn() as conn:
-            n = await conn.fetchval(
-                self._sql("SELECT last_seq FROM {p}sessions WHERE session_id = $1"), session_id
-            )
-            if not n:
-                return []
-            args[3] = int(n)
-            rows = await conn.fetch(self._sql(_SEARCH.replace("{role}", role_sql)), *args)
+            sql = _SEARCH.replace("{role}", role_sql).replace("{weights}", _RANK_WEIGHTS)
+            rows = await conn.fetch(self._sql(sql), *args)
         return [
             SearchHit(
                 message=message, score=float(r["score"]), stored_at=to_datetime(r["created_at"])
@@ -774,14 +799,19 @@ class PostgresMemory:
                 " ('cleared', 'deleted'))"
             )
         )
-        updates = []
+        by_session: dict[str, list[Message]] = {}
         for r, message in zip(rows, _rows_to_messages(rows), strict=True):
-            text = _terms_text(message)
-            if text is not None:
-                updates.append((r["session_id"], r["seq"], text))
+            by_session.setdefault(r["session_id"], []).append(message)
+        updates = []
+        for session_id, messages in by_session.items():
+            messages.sort(key=lambda m: m.seq or 0)
+            terms = with_context([own_terms(m) for m in messages], None)
+            for message, t in zip(messages, terms, strict=True):
+                if t is not None:
+                    updates.append((session_id, message.seq, " ".join(t[0]), " ".join(t[1])))
         await conn.executemany(
             self._sql(
-                "UPDATE {p}messages SET search = to_tsvector('simple', $3)"
+                f"UPDATE {{p}}messages SET search = {_TSVECTOR.format(own='$3', lent='$4')}"
                 " WHERE session_id = $1 AND seq = $2"
             ),
             updates,
@@ -939,12 +969,6 @@ def _entry(row: Any) -> MetadataEntry:
         deleted=bool(row["deleted"]),
         updated_at=to_datetime(row["updated_at"]),
     )
-
-
-def _terms_text(message: Message) -> str | None:
-    """The message's search terms as text for ``to_tsvector('simple', ...)`` (``None``: not
-    indexed)."""
-    return " ".join(index_terms(search_text(message))) if indexable(message) else None
 
 
 def _rows_to_messages(rows: Sequence[Any]) -> list[Message]:

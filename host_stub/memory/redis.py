@@ -23,9 +23,13 @@ Keys, all under ``prefix`` (default ``hs:``; a ``?prefix=`` in the URL overrides
                                 ``clear(types=None)`` and ``forget``)
 ``{p}lease:{name}``             string: the holder's token, with the lease's expiry as TTL
 ``{p}xd:{session}``             hash: searchable seq -> ``"<terms> <stored at, ms> <term> ..."``
-                                (its number of terms, when it was stored, its distinct terms)
+                                (its number of terms, when it was stored, its distinct terms:
+                                its own and those the message before it lent)
 ``{p}xf:{session}``             hash: term -> number of searchable messages holding it; ``#len``
-                                -> the terms of all of them (BM25's average length)
+                                -> the terms of all of them (BM25's average length); ``#last``
+                                -> the last seq indexed
+``{p}xo:{session}``             hash: searchable seq -> ``"<term>:<tf> ..."``, the terms it lends
+                                the message after it
 ``{p}xp:{session}:{term}``      sorted set: seq -> the term's frequency in that message
 ==============================  ================================================================
 
@@ -84,7 +88,7 @@ from ._common import (
     to_datetime,
     tokens_of,
 )
-from ._search import index_terms, indexable, query_terms, search_text
+from ._search import CONTEXT_SPAN, CONTEXT_WEIGHT, context_of, own_terms, query_terms
 
 __all__ = ["RedisMemory", "redact_url"]
 
@@ -122,37 +126,54 @@ local function archive(s, a, z, x, seqs, reason, now)
   redis.call('HSET', s, 'updated_at', now)
 end
 
--- search index: add message seq (doc: "<len> <term>:<tf> ...", '' = not indexed)
-local function index_doc(xd, xf, base, seq, doc, now)
-  if doc == '' then return end
-  local len = string.match(doc, '^(%d+)')
-  local names = {}
-  for term, tf in string.gmatch(doc, '(%S+):(%d+)') do
-    redis.call('ZADD', base .. term, tf, seq)
-    redis.call('HINCRBY', xf, term, 1)
-    names[#names + 1] = term
+-- search index: add message seq under its own terms (doc: "<len> <term>:<tf> ...", '' = not
+-- indexed) and, weighted w, those the message before it lends (prev: "<term>:<tf> ..."); remember
+-- what this one lends the next (lend); return it
+local function index_doc(xd, xf, xo, base, seq, doc, lend, prev, w, now)
+  if doc == '' then return prev end
+  local counts, names = {}, {}
+  local len = tonumber(string.match(doc, '^(%d+)'))
+  for i, part in ipairs({doc, prev}) do
+    local weight = 1
+    if i == 2 then weight = w end
+    for term, tf in string.gmatch(part, '(%S+):(%d+)') do
+      if not counts[term] then
+        counts[term] = 0
+        names[#names + 1] = term
+      end
+      counts[term] = counts[term] + weight * tonumber(tf)
+      if i == 2 then len = len + weight * tonumber(tf) end
+    end
   end
-  redis.call('HINCRBY', xf, '#len', len)
+  for _, term in ipairs(names) do
+    redis.call('ZADD', base .. term, counts[term], seq)
+    redis.call('HINCRBY', xf, term, 1)
+  end
+  redis.call('HINCRBYFLOAT', xf, '#len', len)
+  redis.call('HSET', xf, '#last', seq)
   redis.call('HSET', xd, seq, len .. ' ' .. now .. ' ' .. table.concat(names, ' '))
+  redis.call('HSET', xo, seq, lend)
+  return lend
 end
 
-local function unindex_doc(xd, xf, base, seq)
+local function unindex_doc(xd, xf, xo, base, seq)
   local raw = redis.call('HGET', xd, seq)
   if not raw then return end
-  local len, rest = string.match(raw, '^(%d+) %d+ ?(.*)$')
+  local len, rest = string.match(raw, '^(%S+) %d+ ?(.*)$')
   for term in string.gmatch(rest, '%S+') do
     redis.call('ZREM', base .. term, seq)
     if redis.call('HINCRBY', xf, term, -1) <= 0 then redis.call('HDEL', xf, term) end
   end
-  redis.call('HINCRBY', xf, '#len', -tonumber(len))
+  redis.call('HINCRBYFLOAT', xf, '#len', -tonumber(len))
   redis.call('HDEL', xd, seq)
+  redis.call('HDEL', xo, seq)
 end
 
-local function unindex_all(xd, xf, base)
+local function unindex_all(xd, xf, xo, base)
   for _, term in ipairs(redis.call('HKEYS', xf)) do
-    if term ~= '#len' then redis.call('DEL', base .. term) end
+    if string.sub(term, 1, 1) ~= '#' then redis.call('DEL', base .. term) end
   end
-  redis.call('DEL', xd, xf)
+  redis.call('DEL', xd, xf, xo)
 end
 
 local function md_version(md, key)
@@ -178,18 +199,25 @@ local function md_write(md, mk, namespace, key, value, now)
 end
 """
 
-# KEYS: s, m, a, sessions, xd, xf; ARGV: session_id, index base (xp:{session}:), n, n record
-# tails (without the epoch), n index docs
+# KEYS: s, m, a, sessions, xd, xf, xo; ARGV: session_id, index base (xp:{session}:), n, context
+# span, context weight, n record tails (without the epoch), n index docs, n lent terms
 _APPEND = r"""
 local epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
 local seq = tonumber(redis.call('HGET', KEYS[1], 'last_seq') or '0')
 local n = tonumber(ARGV[3])
 local now = now_ms()
+local prev = ''
+local last = tonumber(redis.call('HGET', KEYS[6], '#last') or '0')
+if last > 0 and last > seq - tonumber(ARGV[4]) then
+  prev = redis.call('HGET', KEYS[7], last) or ''
+end
+local w = tonumber(ARGV[5])
 for i = 1, n do
   seq = seq + 1
-  redis.call('HSET', KEYS[2], seq, '{"epoch":' .. epoch .. ',' .. ARGV[3 + i])
+  redis.call('HSET', KEYS[2], seq, '{"epoch":' .. epoch .. ',' .. ARGV[5 + i])
   redis.call('ZADD', KEYS[3], seq, seq)
-  index_doc(KEYS[5], KEYS[6], ARGV[2], seq, ARGV[3 + n + i], now)
+  prev = index_doc(KEYS[5], KEYS[6], KEYS[7], ARGV[2], seq, ARGV[5 + n + i], ARGV[5 + 2 * n + i],
+                   prev, w, now)
 end
 redis.call('HSET', KEYS[1], 'epoch', epoch, 'last_seq', seq, 'updated_at', now)
 redis.call('SADD', KEYS[4], ARGV[1])
@@ -256,7 +284,7 @@ for i = 4, #ARGV do
       local seq, tf = post[j], tonumber(post[j + 1])
       local len = lens[seq]
       if not len then
-        len = tonumber(string.match(redis.call('HGET', KEYS[1], seq), '^(%d+)'))
+        len = tonumber(string.match(redis.call('HGET', KEYS[1], seq), '^(%S+)'))
         lens[seq] = len
       end
       scores[seq] = (scores[seq] or 0)
@@ -281,7 +309,7 @@ for _, item in ipairs(items) do
     out[#out + 1] = raw
     out[#out + 1] = redis.call('HGET', KEYS[4], item[1])
     out[#out + 1] = string.format('%.17g', item[2])
-    out[#out + 1] = string.match(redis.call('HGET', KEYS[1], item[1]), '^%d+ (%d+)')
+    out[#out + 1] = string.match(redis.call('HGET', KEYS[1], item[1]), '^%S+ (%d+)')
   end
 end
 return out
@@ -367,7 +395,7 @@ end
 return 0
 """
 
-# KEYS: s, a, z, x, sessions, mk, xd, xf; ARGV: prefix, session_id, all ('1'/'0'), history
+# KEYS: s, a, z, x, sessions, mk, xd, xf, xo; ARGV: prefix, session_id, all ('1'/'0'), history
 # ('1'/'0'), namespaces... -> the new epoch
 _CLEAR = r"""
 local now = now_ms()
@@ -378,7 +406,7 @@ redis.call('SADD', KEYS[5], ARGV[2])
 if ARGV[4] == '1' then
   archive(KEYS[1], KEYS[2], KEYS[3], KEYS[4], redis.call('ZRANGE', KEYS[2], 0, -1), 'cleared',
           now)
-  unindex_all(KEYS[7], KEYS[8], ARGV[1] .. 'xp:' .. ARGV[2] .. ':')
+  unindex_all(KEYS[7], KEYS[8], KEYS[9], ARGV[1] .. 'xp:' .. ARGV[2] .. ':')
 end
 local namespaces = {}
 if ARGV[3] == '1' then
@@ -393,7 +421,8 @@ end
 return epoch
 """
 
-# KEYS: s, m, a, z, x, xd, xf; ARGV: index base, seqs (sorted, unique) -> the seqs it changed
+# KEYS: s, m, a, z, x, xd, xf, xo; ARGV: index base, seqs (sorted, unique) -> the seqs it
+# changed
 _DELETE_MESSAGES = r"""
 local found = {}
 for i = 2, #ARGV do
@@ -403,13 +432,13 @@ for i = 2, #ARGV do
   end
 end
 archive(KEYS[1], KEYS[3], KEYS[4], KEYS[5], found, 'deleted', now_ms())
-for _, seq in ipairs(found) do unindex_doc(KEYS[6], KEYS[7], ARGV[1], seq) end
+for _, seq in ipairs(found) do unindex_doc(KEYS[6], KEYS[7], KEYS[8], ARGV[1], seq) end
 return found
 """
 
-# KEYS: s, m, a, z, x, sessions, mk, xd, xf; ARGV: prefix, session_id
+# KEYS: s, m, a, z, x, sessions, mk, xd, xf, xo; ARGV: prefix, session_id
 _FORGET = r"""
-unindex_all(KEYS[8], KEYS[9], ARGV[1] .. 'xp:' .. ARGV[2] .. ':')
+unindex_all(KEYS[8], KEYS[9], KEYS[10], ARGV[1] .. 'xp:' .. ARGV[2] .. ':')
 for _, ns in ipairs(redis.call('SMEMBERS', KEYS[7])) do
   redis.call('HDEL', ARGV[1] .. 'md:' .. ns, ARGV[2])
 end
@@ -584,10 +613,15 @@ class RedisMemory:
         p = self.prefix
         return [f"{p}{kind}:{session_id}" for kind in ("s", "m", "a", "z", "x")]
 
-    def _index_keys(self, session_id: str) -> tuple[str, str, str]:
-        """``xd``, ``xf`` and the posting keys' common start ``xp:{session}:``."""
+    def _index_keys(self, session_id: str) -> tuple[str, str, str, str]:
+        """``xd``, ``xf``, ``xo`` and the posting keys' common start ``xp:{session}:``."""
         p = self.prefix
-        return f"{p}xd:{session_id}", f"{p}xf:{session_id}", f"{p}xp:{session_id}:"
+        return (
+            f"{p}xd:{session_id}",
+            f"{p}xf:{session_id}",
+            f"{p}xo:{session_id}",
+            f"{p}xp:{session_id}:",
+        )
 
     def _md(self, namespace: str) -> str:
         return f"{self.prefix}md:{namespace}"
@@ -642,13 +676,15 @@ class RedisMemory:
                 f'"role":{json.dumps(message.role)},"kind":{json.dumps(message.kind)},'
                 f'"tokens":{int(tokens)},"body":{body}}}'
             )
-        docs = [_index_doc(message) for message in messages]
+        owns = [own_terms(message) for message in messages]
+        docs = [_index_doc(own) for own in owns]
+        lent = [_pairs(context_of(own)) if own else "" for own in owns]
         s, m, a, _, _ = self._session_keys(session_id)
-        xd, xf, base = self._index_keys(session_id)
+        xd, xf, xo, base = self._index_keys(session_id)
         epoch, last = await self._run(
             "append",
-            [s, m, a, self._sessions, xd, xf],
-            [session_id, base, len(tails), *tails, *docs],
+            [s, m, a, self._sessions, xd, xf, xo],
+            [session_id, base, len(tails), CONTEXT_SPAN, CONTEXT_WEIGHT, *tails, *docs, *lent],
         )
         first = int(last) - len(rows) + 1
         return [
@@ -698,7 +734,7 @@ class RedisMemory:
         if not terms or not limit:
             return []
         _, m, _, _, x = self._session_keys(session_id)
-        xd, xf, base = self._index_keys(session_id)
+        xd, xf, _, base = self._index_keys(session_id)
         flat = await self._run("search", [xd, xf, m, x], [base, limit, role or "", *terms])
         return [
             SearchHit(
@@ -711,7 +747,7 @@ class RedisMemory:
 
     async def get_range(self, session_id: str, from_seq: int, to_seq: int) -> list[Message]:
         s, m, _, _, x = self._session_keys(session_id)
-        xd, _, _ = self._index_keys(session_id)
+        xd, _, _, _ = self._index_keys(session_id)
         flat = await self._run("range", [s, m, xd, x], [int(from_seq), int(to_seq)])
         return _messages(flat)
 
@@ -821,8 +857,8 @@ class RedisMemory:
             history = "1" if "history" in types else "0"
             flags = ["0", history]
             namespaces = [t for t in dict.fromkeys(types) if t != "history"]
-        xd, xf, _ = self._index_keys(session_id)
-        keys = [s, a, z, x, self._sessions, self._mk(session_id), xd, xf]
+        xd, xf, xo, _ = self._index_keys(session_id)
+        keys = [s, a, z, x, self._sessions, self._mk(session_id), xd, xf, xo]
         epoch = await self._run("clear", keys, [self.prefix, session_id, *flags, *namespaces])
         return int(epoch)
 
@@ -830,15 +866,15 @@ class RedisMemory:
         wanted = sorted({int(seq) for seq in seqs})
         if not wanted:
             return []
-        xd, xf, base = self._index_keys(session_id)
+        xd, xf, xo, base = self._index_keys(session_id)
         found = await self._run(
-            "delete_messages", [*self._session_keys(session_id), xd, xf], [base, *wanted]
+            "delete_messages", [*self._session_keys(session_id), xd, xf, xo], [base, *wanted]
         )
         return [int(seq) for seq in found]
 
     async def forget(self, session_id: str) -> None:
-        xd, xf, _ = self._index_keys(session_id)
-        keys = [*self._session_keys(session_id), self._sessions, self._mk(session_id), xd, xf]
+        xd, xf, xo, _ = self._index_keys(session_id)
+        keys = [*self._session_keys(session_id), self._sessions, self._mk(session_id), xd, xf, xo]
         await self._run("forget", keys, [self.prefix, session_id])
 
     async def list_sessions(self) -> list[SessionInfo]:
@@ -899,16 +935,20 @@ def _entry(namespace: str, key: str, raw: str) -> MetadataEntry:
     )
 
 
-def _index_doc(message: Message) -> str:
-    """A message's entry for the index script: ``"<terms> <term>:<tf> ..."``; ``""`` for a
-    message that is not indexed."""
-    if not indexable(message):
-        return ""
+def _pairs(terms: Sequence[str]) -> str:
+    """Terms as the scripts read them: ``"<term>:<count> ..."``."""
     counts: dict[str, int] = {}
-    for term in index_terms(search_text(message)):
+    for term in terms:
         counts[term] = counts.get(term, 0) + 1
-    pairs = " ".join(f"{term}:{tf}" for term, tf in counts.items())
-    return f"{sum(counts.values())} {pairs}".rstrip()
+    return " ".join(f"{term}:{tf}" for term, tf in counts.items())
+
+
+def _index_doc(own: list[str] | None) -> str:
+    """A message's own entry for the append script: ``"<terms> <term>:<tf> ..."``; ``""`` for
+    a message that is not indexed."""
+    if own is None:
+        return ""
+    return f"{len(own)} {_pairs(own)}".rstrip()
 
 
 def _dump_value(value: dict[str, Any]) -> str:

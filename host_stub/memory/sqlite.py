@@ -73,7 +73,7 @@ from ._common import (
     to_datetime,
     tokens_of,
 )
-from ._search import index_terms, indexable, query_terms, search_text
+from ._search import CONTEXT_SPAN, Indexed, own_terms, query_terms, with_context
 
 __all__ = ["SCHEMA_VERSION", "SQLiteMemory"]
 
@@ -125,8 +125,9 @@ _MIGRATIONS: dict[int, str] = {
         session_id TEXT NOT NULL UNIQUE
     );
     CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(
-        terms, tokenize = 'unicode61 remove_diacritics 0'
+        terms, context, tokenize = 'unicode61 remove_diacritics 0'
     );
+    INSERT INTO search (search, rank) VALUES ('rank', 'bm25(1.0, 0.5)');
     """,
 }
 
@@ -299,7 +300,7 @@ class SQLiteMemory:
         if not messages:
             return []
         given = [(m.role, m.kind, body_of(m), tokens_of(m, self._count)) for m in messages]
-        terms = [_terms_text(m) for m in messages]
+        owns = [own_terms(m) for m in messages]
         # The copies handed back, built (and validated) before anything is written; the store
         # fills in their seq and epoch.
         out = [
@@ -333,6 +334,7 @@ class SQLiteMemory:
                 "UPDATE sessions SET last_seq = ?, updated_at = ? WHERE session_id = ?",
                 (last_seq + len(given), now, session_id),
             )
+            terms = with_context(owns, _previous_terms(db, session_id, last_seq + 1))
             _index(
                 db, session_id, [(last_seq + i, t) for i, t in enumerate(terms, 1) if t is not None]
             )
@@ -747,9 +749,26 @@ def _message_rows(
     return db.execute(sql, params).fetchall()
 
 
-def _terms_text(message: Message) -> str | None:
-    """The message's search terms as FTS5 text (``None``: not indexed)."""
-    return " ".join(index_terms(search_text(message))) if indexable(message) else None
+def _previous_terms(db: sqlite3.Connection, session_id: str, first_seq: int) -> list[str] | None:
+    """The own terms of the searchable message that messages from ``first_seq`` on follow (at
+    most ``CONTEXT_SPAN`` seqs back), if any."""
+    key = _search_key(db, session_id, create=False)
+    if key is None or first_seq <= 1:
+        return None
+    low = key << _SEQ_BITS
+    rowid = _scalar(
+        db,
+        "SELECT rowid FROM search WHERE rowid BETWEEN ? AND ? ORDER BY rowid DESC LIMIT 1",
+        (low | max(1, first_seq - CONTEXT_SPAN), low | (first_seq - 1)),
+    )
+    if rowid is None:
+        return None
+    row = _one(
+        db,
+        f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq = ?",
+        (session_id, int(rowid) & _SEQ_MASK),
+    )
+    return None if row is None else own_terms(_messages([row])[0])
 
 
 def _search_key(db: sqlite3.Connection, session_id: str, *, create: bool) -> int | None:
@@ -762,15 +781,16 @@ def _search_key(db: sqlite3.Connection, session_id: str, *, create: bool) -> int
     return None if key is None else int(key)
 
 
-def _index(db: sqlite3.Connection, session_id: str, docs: Sequence[tuple[int, str]]) -> None:
-    """Add ``(seq, terms text)`` entries to the search index."""
+def _index(db: sqlite3.Connection, session_id: str, docs: Sequence[tuple[int, Indexed]]) -> None:
+    """Add ``(seq, (own terms, lent terms))`` entries to the search index (the lent terms in
+    a column of their own, weighted ``CONTEXT_WEIGHT`` by the table's ``rank``)."""
     if not docs:
         return
     key = _search_key(db, session_id, create=True)
     assert key is not None
     db.executemany(
-        "INSERT INTO search (rowid, terms) VALUES (?, ?)",
-        [((key << _SEQ_BITS) | seq, text) for seq, text in docs],
+        "INSERT INTO search (rowid, terms, context) VALUES (?, ?, ?)",
+        [((key << _SEQ_BITS) | seq, " ".join(own), " ".join(ctx)) for seq, (own, ctx) in docs],
     )
 
 
@@ -795,13 +815,12 @@ def _backfill_search(db: sqlite3.Connection) -> None:
         " WHERE m.kind = 'message' AND (m.archived IS NULL OR m.archived NOT IN"
         " ('cleared', 'deleted')) ORDER BY m.session_id, m.seq"
     ).fetchall()
-    by_session: dict[str, list[tuple[int, str]]] = {}
+    by_session: dict[str, list[Message]] = {}
     for session_id, *row in rows:
-        (message,) = _messages([tuple(row)])
-        text = _terms_text(message)
-        if text is not None:
-            by_session.setdefault(session_id, []).append((message.seq or 0, text))
-    for session_id, docs in by_session.items():
+        by_session.setdefault(session_id, []).extend(_messages([tuple(row)]))
+    for session_id, messages in by_session.items():
+        terms = with_context([own_terms(m) for m in messages], None)
+        docs = [(m.seq or 0, t) for m, t in zip(messages, terms, strict=True) if t is not None]
         _index(db, session_id, docs)
 
 

@@ -196,10 +196,16 @@ def test_search_finds_archived_messages_as_text_and_json(
     assert hits[0]["status"] == "archived (summarized)" and hits[0]["date"]
     assert hits[0]["text"] == "My locker code is 4417-ZEBRA."
     code, out, _ = run(["search", "gym", "4417-ZEBRA", "--db", db], capsys)
-    assert code == 0 and out.startswith("#1 user, archived, ")
-    assert out.rstrip().endswith(": My locker code is 4417-ZEBRA.")
-    code, out, _ = run(["search", "gym", "climbing", "--role", "assistant", "--db", db], capsys)
-    assert code == 0 and out.strip() == "nothing found for 'climbing' in session 'gym'"
+    first, *rest = out.splitlines()
+    assert code == 0 and first.startswith("#1 user, archived, ")
+    assert first.endswith(": My locker code is 4417-ZEBRA.")
+    assert rest == [rest[0]] and rest[0].startswith("#2 assistant")  # the reply to it, lower
+    code, out, _ = run(
+        ["search", "gym", "locker", "--role", "assistant", "--json", "--db", db], capsys
+    )
+    assert code == 0 and [h["seq"] for h in json.loads(out)] == [2]
+    code, out, _ = run(["search", "gym", "volcano", "--db", db], capsys)
+    assert code == 0 and out.strip() == "nothing found for 'volcano' in session 'gym'"
     code, out, _ = run(["search", "gym", "climbing", "--limit", "3", "--json", "--db", db], capsys)
     assert code == 0 and len(json.loads(out)) == 3
 

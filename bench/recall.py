@@ -169,11 +169,13 @@ def evidence_seqs(evidence: list[str], index: dict[str, int]) -> set[int]:
     return {index[i] + 1 for i in ids if i in index}
 
 
-async def locomo_retrieval(backend: str, data: Path, tmp: Path) -> dict[str, Any]:
+async def locomo_retrieval(
+    backend: str, data: Path, tmp: Path, conversations: int | None = None
+) -> dict[str, Any]:
     found5 = found10 = asked = 0
     by_category: dict[int, list[int]] = {}
     latencies: list[float] = []
-    for conversation in load_locomo(data):
+    for conversation in load_locomo(data)[:conversations]:
         store = Store(backend, tmp)
         try:
             session = conversation.name
@@ -325,14 +327,15 @@ async def main() -> None:
         "--scale-backends", default="sqlite,postgres", help="backends for the scale runs"
     )
     p.add_argument("--queries", type=int, default=500, help="timed searches per scale run")
+    p.add_argument("--name", default="recall", help="results file name (default recall)")
     args = p.parse_args()
-    data = require_data(args.data, "locomo/locomo_dev.json")
     out = out_dir(args.out)
     backends = _list(args.backends, ALL_BACKENDS)
+    data = require_data(args.data, "locomo/locomo_dev.json") if backends else Path()
     scale_backends = _list(args.scale_backends, ALL_BACKENDS)
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
     queries = args.queries
-    if args.quick:
+    if args.quick:  # one LoCoMo conversation, 2,000 messages
         sizes, queries = [2000], 50
     v = versions(extra=("asyncpg", "redis"))
     print_versions(v)
@@ -355,7 +358,7 @@ async def main() -> None:
             if usable[backend]:
                 continue
             progress(f"LoCoMo retrieval on {backend}")
-            r = await locomo_retrieval(backend, data, tmp)
+            r = await locomo_retrieval(backend, data, tmp, 1 if args.quick else None)
             extra[f"locomo_{backend}"] = r
             retrieval.add(
                 backend,
@@ -417,9 +420,9 @@ async def main() -> None:
     ]
     tables = [retrieval, categories, latency] if categories.rows else [retrieval, latency]
     write_results(
-        "recall",
+        args.name,
         "Recall: search over archived messages",
-        [t for t in tables if t.rows],
+        [t for t in tables if t.rows] or [latency],
         out=out,
         versions_used=v,
         settings={

@@ -85,6 +85,8 @@ class Host:
         self.message_archive: MemoryMessageArchive | None = None
         self._system_tokens: int | None = None
         self._tool_def_tokens: int | None = None
+        #: Names of the tools plugins added through ``agent_tools``.
+        self.plugin_tools: set[str] = set()
         self._started = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -173,6 +175,7 @@ class Host:
                     tool.parameters,
                     takes_context=True,
                 )
+                self.plugin_tools.add(tool.name)
         self._tool_def_tokens = None
 
     async def stop(self) -> None:
@@ -195,6 +198,14 @@ class Host:
 
     def context_window(self) -> int:
         return self.config.host.context_window or self.llm.context_window(self.model)
+
+    def host_tool_def_tokens(self) -> int:
+        """Tokens of the host's own tool definitions, without those plugins added (what a prompt
+        would carry with the plugins off)."""
+        defs = [
+            d for d in self.tools.definitions() if d["function"]["name"] not in self.plugin_tools
+        ]
+        return self.count_text(json.dumps(defs)) if defs else 0
 
     # -- hooks -------------------------------------------------------------------------------
     async def _collect_contributions(self, view: PromptView) -> list[Contribution]:

@@ -632,7 +632,8 @@ class MemorySummaryPlugin:
     def agent_tools(self) -> list[Any]:
         from .recall import recall_tools  # memory_search and memory_expand
 
-        return recall_tools(self)
+        assert self.memory is not None and self.llm is not None
+        return recall_tools(self.memory, self.llm, self.config.recall_tokens)
 
     # -- the pipeline --------------------------------------------------------------------------
     def _count(self, text: str) -> int:

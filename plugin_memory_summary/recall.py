@@ -21,7 +21,7 @@ from typing import Any
 
 from host_stub.hookspecs import AgentTool, ToolContext
 from host_stub.messages import Message, text_of
-from host_stub.services import SearchHit
+from host_stub.services import LLMService, MemoryService, SearchHit
 
 from .hygiene import neutralise
 from .render import cut_text
@@ -257,21 +257,21 @@ def check_search(query: Any, role: Any, limit: Any) -> tuple[str, str | None, in
     return query, role, limit
 
 
-def recall_tools(plugin: Any) -> list[AgentTool]:
-    """The two tools, bound to the plugin's memory and token counter (none when
-    ``recall_tokens`` is 0)."""
-    budget = plugin.config.recall_tokens
+def recall_tools(memory: MemoryService, llm: LLMService, recall_tokens: int) -> list[AgentTool]:
+    """The two tools over ``memory``, their output counted with ``llm``'s counter and capped at
+    ``recall_tokens`` (none at all when it is 0)."""
+    budget = recall_tokens
     if budget <= 0:
         return []
 
     def counter(context: ToolContext) -> Count:
-        return lambda text: plugin.llm.count_tokens(text, context.model or None)
+        return lambda text: llm.count_tokens(text, context.model or None)
 
     async def memory_search(
         context: ToolContext, query: str, role: str | None = None, limit: int | None = None
     ) -> str:
         query, role, limit = check_search(query, role, limit)
-        hits = await plugin.memory.search(
+        hits = await memory.search(
             context.session_id, query, role=role, limit=limit + 2 * MAX_LIMIT
         )
         kept = [h for h in hits if not is_recall_traffic(h.message)][:limit]
@@ -279,7 +279,7 @@ def recall_tools(plugin: Any) -> list[AgentTool]:
 
     async def memory_expand(context: ToolContext, from_seq: int, to_seq: int) -> str:
         low, high, past_cap = check_expand(from_seq, to_seq)
-        messages = await plugin.memory.get_range(context.session_id, low, high)
+        messages = await memory.get_range(context.session_id, low, high)
         doc = json.loads(render_expand(low, high, messages, budget, counter(context)))
         if past_cap is not None and "next_from_seq" not in doc:
             doc["next_from_seq"] = past_cap

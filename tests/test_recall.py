@@ -144,8 +144,7 @@ async def test_search_never_crosses_into_another_session_whatever_the_query() ->
     memory = InMemoryMemory(lambda m: 5)
     await memory.append("a", [Message(role="user", content="alpha fact: the boat is green")])
     await memory.append("b", [Message(role="user", content="bravo secret: the vault code is 9931")])
-    plugin = _fake_plugin(memory)
-    search, expand = recall_tools(plugin)
+    search, expand = recall_tools(memory, ScriptedLLM(), 1500)
     context = ToolContext(session_id="a", call_id="c", model="m")
     for query in ("vault code 9931", "bravo secret", "b", "*", "session b", "9931 green boat"):
         results = json.dumps(json.loads(await search.handler(context, query=query))["results"])
@@ -180,8 +179,7 @@ async def test_expand_returns_the_originals_within_the_cap_with_tool_groups_whol
         ],
     )
     await memory.trim_history("s", up_to_seq=2)
-    plugin = _fake_plugin(memory, recall_tokens=120)
-    _, expand = recall_tools(plugin)
+    _, expand = recall_tools(memory, ScriptedLLM(), 120)
     context = ToolContext(session_id="s")
     doc = json.loads(await expand.handler(context, from_seq=1, to_seq=4))
     # The call and its result do not fit with the first message: neither comes, and the output
@@ -278,16 +276,3 @@ def test_fit_range_never_splits_a_call_from_its_results() -> None:
 )
 def test_the_tools_own_traffic_is_left_out_of_results(message: Message, own: bool) -> None:
     assert is_recall_traffic(message) is own
-
-
-class _FakePlugin:
-    def __init__(self, memory: Any, recall_tokens: int) -> None:
-        from plugin_memory_summary.config import MemorySummaryConfig
-
-        self.memory = memory
-        self.llm = ScriptedLLM()
-        self.config = MemorySummaryConfig(recall_tokens=recall_tokens)
-
-
-def _fake_plugin(memory: Any, recall_tokens: int = 1500) -> Any:
-    return _FakePlugin(memory, recall_tokens)

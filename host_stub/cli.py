@@ -22,7 +22,7 @@ from . import signals
 from .checks import MessageRejected
 from .config import ConfigError, HostConfig, load_host_config
 from .host import Host
-from .services import SUMMARY_NAMESPACE
+from .services import SUMMARY_NAMESPACE, SearchHit
 from .session_ids import InvalidSessionId, session_id_problem
 from .transcripts import TranscriptError, load_transcript
 
@@ -782,6 +782,7 @@ class _Lines:
 CHAT_COMMANDS = {
     "/summary": "show the session's summary",
     "/compress": "compress the session now",
+    "/search": "search this session's messages, archived ones too: /search QUERY",
     "/clear": "clear the session's history and summary",
     "/help": "list these commands",
     "/quit": "leave (Ctrl-D too); the session stays stored",
@@ -822,7 +823,7 @@ def resume_notice(session_id: str, active: int, archived: int, summarized: bool)
 @run_async
 async def chat(ctx: click.Context, session_id: str) -> None:
     """Chat with a model (streaming); the memory plugin summarizes as the chat grows.
-    Commands: /summary, /compress, /clear, /help, /quit."""
+    Commands: /summary, /compress, /search QUERY, /clear, /help, /quit."""
     config = host_config(ctx)
     if not config.host.model:
         raise UserError("chat needs a model: --model M (any litellm model string)")
@@ -911,6 +912,17 @@ async def _chat(ctx: click.Context, session_id: str, config: HostConfig) -> None
                     reason = _one_line(result.get("reason") or "")
                     click.echo(f"[compress: {result['status']}{': ' + reason if reason else ''}]")
                 continue
+            if command == "/search" or command.startswith("/search "):
+                query = command[len("/search") :].strip()
+                if not query:
+                    click.echo("usage: /search QUERY")
+                    continue
+                hits = await host.memory.search(session_id, query, limit=SEARCH_LIMIT)
+                for hit in hits:
+                    click.echo(search_line(hit, query))
+                if not hits:
+                    click.echo(f"(nothing found for {query!r})")
+                continue
             if command == "/clear":
                 await host.clear(session_id)
                 click.echo("[cleared: history and summary of this session]")
@@ -990,6 +1002,85 @@ async def sessions(ctx: click.Context, as_json: bool) -> None:
             f"{s.session_id}: {s.active} active, {s.archived} archived, "
             f"last seq {s.last_seq}, epoch {s.epoch}"
         )
+
+
+#: Matches ``search`` and ``/search`` show unless told otherwise.
+SEARCH_LIMIT = 10
+
+
+def search_snippet(text: str, query: str, width: int = 160) -> str:
+    """``text`` on one line, at most ``width`` characters (plus ``…`` marks), from a little before
+    the first query word it holds (case-insensitive), or from its start."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    low = flat.casefold()
+    words = "".join(c if c.isalnum() else " " for c in query.casefold()).split()
+    found = [p for p in (low.find(w) for w in words if len(w) > 1) if p >= 0]
+    start = min(max(0, min(found) - width // 4), len(flat) - width) if found else 0
+    piece = flat[start : start + width]
+    return ("…" if start else "") + piece + ("…" if start + width < len(flat) else "")
+
+
+def search_item(hit: SearchHit) -> dict[str, Any]:
+    """One match as ``search --json`` prints it."""
+    from .memory._search import search_text
+
+    message = hit.message
+    return {
+        "seq": message.seq,
+        "role": message.role,
+        "status": "active" if message.archived is None else f"archived ({message.archived})",
+        "date": None if hit.stored_at is None else hit.stored_at.isoformat(timespec="seconds"),
+        "score": round(hit.score, 6),
+        "text": search_text(message),
+    }
+
+
+def search_line(hit: SearchHit, query: str) -> str:
+    """``#12 user, archived, 2025-04-03 09:30: ...the snippet...``"""
+    from .memory._search import search_text
+
+    message = hit.message
+    status = "active" if message.archived is None else "archived"
+    date = "" if hit.stored_at is None else f", {hit.stored_at:%Y-%m-%d %H:%M}"
+    snippet = search_snippet(search_text(message), query)
+    return f"#{message.seq} {message.role}, {status}{date}: {snippet}"
+
+
+@host_options
+@cli.command()
+@click.argument("session")
+@click.argument("query")
+@click.option("--role", type=click.Choice(["user", "assistant", "tool", "system"]))
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1000),
+    default=SEARCH_LIMIT,
+    show_default=True,
+    help="Most matches to show.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+@run_async
+async def search(
+    ctx: click.Context, session: str, query: str, role: str | None, limit: int, as_json: bool
+) -> None:
+    """Search a session's messages, archived and active; best matches first."""
+    if not query.strip():
+        raise UserError("the query is empty: give the words to look for")
+    async with open_host(ctx) as host:
+        known = {s.session_id for s in await host.memory.list_sessions()}
+        if session not in known:
+            raise UserError(f"no session {session!r} in {host.config.host.memory}")
+        hits = await host.memory.search(session, query, role=role, limit=limit)
+    if as_json:
+        click.echo(json.dumps([search_item(h) for h in hits], ensure_ascii=False))
+        return
+    if not hits:
+        click.echo(f"nothing found for {query!r} in session {session!r}")
+    for hit in hits:
+        click.echo(search_line(hit, query))
 
 
 @host_options

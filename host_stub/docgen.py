@@ -177,10 +177,14 @@ def render_hooks() -> str:
     view = ", ".join(_code(f) for f in hookspecs.PromptView.model_fields)
     contribution = ", ".join(_code(f) for f in hookspecs.Contribution.model_fields)
     anchors = ", ".join(_code(a) for a in hookspecs.ANCHORS)
+    tool = ", ".join(_code(f) for f in hookspecs.AgentTool.model_fields)
+    context = ", ".join(_code(f) for f in hookspecs.ToolContext.model_fields)
     return (
         f"{table}\n\n"
         f"`view` ({summary_line(hookspecs.PromptView)[:-1].lower()}): {view}.\n"
-        f"A contribution has {contribution}; anchors, in prompt order: {anchors}."
+        f"A contribution has {contribution}; anchors, in prompt order: {anchors}.\n"
+        f"An agent tool has {tool}; the host calls `handler(context, **arguments)` with a "
+        f"context of {context}; its return value is the tool message, an exception a tool error."
     )
 
 

@@ -1,4 +1,4 @@
-"""The whole plugin contract: six hooks, the prompt view and a contribution.
+"""The whole plugin contract: seven hooks, the prompt view, a contribution and an agent tool.
 
 Implement any subset, with any subset of a hook's arguments (pluggy passes only the ones you
 name: that is how a plugin asks for services). Plain ``def`` or ``async def`` both work; the host
@@ -7,6 +7,7 @@ awaits what is awaitable. Mark implementations with :data:`hookimpl`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 import pluggy
@@ -52,6 +53,33 @@ class Contribution(BaseModel):
     content: str
 
 
+class ToolContext(BaseModel):
+    """Where an agent tool runs: the session of the turn, the model's call id, the model."""
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    session_id: str
+    call_id: str = ""
+    model: str = ""
+
+
+class AgentTool(BaseModel):
+    """A tool a plugin adds to the agent: listed to the model next to the host's own tools.
+
+    ``parameters`` is the JSON schema of the arguments object. The host calls
+    ``handler(context, **arguments)`` (plain or async) with a :class:`ToolContext`; what it
+    returns (text, or anything JSON can encode) becomes the tool message, and an exception it
+    raises becomes a tool error the model sees, never a failed turn.
+    """
+
+    model_config = ConfigDict(frozen=True, defer_build=True, arbitrary_types_allowed=True)
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    handler: Callable[..., Any]
+
+
 @hookspec
 def startup(host: Any, config: Any, memory: Any, llm: Any, message_archive: Any) -> None:
     """Start the plugin with its validated config and the services it names; may be async."""
@@ -70,6 +98,11 @@ def register_commands(cli: Any, open_host: Any) -> None:
 @hookspec
 def agent_prompt(view: PromptView) -> list[Contribution] | Contribution | None:
     """:return: system-prompt contributions for this model call; may be async."""
+
+
+@hookspec
+def agent_tools() -> list[AgentTool] | AgentTool | None:
+    """:return: tools to add to the agent's tool loop; asked once, after ``startup``."""
 
 
 @hookspec

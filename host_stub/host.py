@@ -17,7 +17,7 @@ from . import signals
 from .bus import EventBus, await_me_maybe
 from .checks import check_message, cut_to_limit
 from .config import ConfigError, HostConfig
-from .hookspecs import Contribution, PromptView
+from .hookspecs import AgentTool, Contribution, PromptView, ToolContext
 from .messages import Message, ToolCall, ToolCallFunction
 from .plugins import LoadedPlugin, check_services, get_plugin_manager, plugin_config
 from .prompt import assemble_prompt, history_breakdown, sanitize_tool_pairs
@@ -87,6 +87,8 @@ class Host:
         self.message_archive: MemoryMessageArchive | None = None
         self._system_tokens: int | None = None
         self._tool_def_tokens: int | None = None
+        #: Names of the tools plugins added through ``agent_tools``.
+        self.plugin_tools: set[str] = set()
         self._started = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -152,7 +154,32 @@ class Host:
             ):
                 await await_me_maybe(result)
         self._started = True
+        await self._register_plugin_tools()
         return self
+
+    async def _register_plugin_tools(self) -> None:
+        """Put the tools plugins return from ``agent_tools`` into the tool loop. A name the host
+        or another plugin already uses is a start-up error."""
+        assert self.pm is not None
+        for impl in self.pm.hook.agent_tools.get_hookimpls():
+            value = await await_me_maybe(impl.function())
+            items = value if isinstance(value, list) else ([] if value is None else [value])
+            for item in items:
+                tool = AgentTool.model_validate(item)
+                if tool.name in self.tools:
+                    raise ConfigError(
+                        f"plugin {impl.plugin_name!r}: agent tool {tool.name!r} is already "
+                        "registered"
+                    )
+                self.tools.register(
+                    tool.name,
+                    tool.handler,
+                    tool.description,
+                    tool.parameters,
+                    takes_context=True,
+                )
+                self.plugin_tools.add(tool.name)
+        self._tool_def_tokens = None
 
     async def stop(self) -> None:
         if self.pm is not None and self._started:
@@ -174,6 +201,14 @@ class Host:
 
     def context_window(self) -> int:
         return self.config.host.context_window or self.llm.context_window(self.model)
+
+    def host_tool_def_tokens(self) -> int:
+        """Tokens of the host's own tool definitions, without those plugins added (what a prompt
+        would carry with the plugins off)."""
+        defs = [
+            d for d in self.tools.definitions() if d["function"]["name"] not in self.plugin_tools
+        ]
+        return self.count_text(json.dumps(defs)) if defs else 0
 
     # -- hooks -------------------------------------------------------------------------------
     async def _collect_contributions(self, view: PromptView) -> list[Contribution]:
@@ -391,7 +426,10 @@ class Host:
                 return
             outputs = []
             for call in calls:
-                text, is_error = await self.tools.run(call.function.name, call.function.arguments)
+                context = ToolContext(session_id=session_id, call_id=call.id, model=self.model)
+                text, is_error = await self.tools.run(
+                    call.function.name, call.function.arguments, context
+                )
                 outputs.append(
                     Message(
                         role="tool",

@@ -246,10 +246,12 @@ async def replay_series(
                 # The turn's last prompt was built just before its last assistant message.
                 last = max(i for i, m in enumerate(messages) if m.role == "assistant")
                 before = messages[:last]
-                fixed = _fixed(sent[-1])
+                measured = sent[-1]
             else:  # no model call in this turn: measure the prompt it would get
-                _, _, usage, _ = await host.build_prompt(session_id, dry_run=True)
-                used, before, fixed = usage.used, messages, _fixed(usage)
+                _, _, measured, _ = await host.build_prompt(session_id, dry_run=True)
+                used, before = measured.used, messages
+            # Without the plugins their tool definitions would not be sent either.
+            fixed = _fixed(measured) - measured.breakdown.tool_defs + host.host_tool_def_tokens()
             series.context.append(used)
             series.uncompressed.append(fixed + stored + sum(m.tokens or 0 for m in before))
             stored += sum(m.tokens or 0 for m in messages)

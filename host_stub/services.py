@@ -25,6 +25,7 @@ __all__ = [
     "MemoryService",
     "MessageArchiveService",
     "MetadataEntry",
+    "SearchHit",
     "SessionInfo",
     "Snapshot",
     "SUMMARY_NAMESPACE",
@@ -81,6 +82,18 @@ class SessionInfo(BaseModel):
     updated_at: datetime | None = None
 
 
+class SearchHit(BaseModel):
+    """One match of ``MemoryService.search``: the stored message (its ``seq``, ``role``, and
+    ``archived`` reason, ``None`` while still active), its rank score (higher is better; only
+    comparable within one answer) and when it was stored, where the store knows."""
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    message: Message
+    score: float
+    stored_at: datetime | None = None
+
+
 class LeaseToken(BaseModel):
     model_config = ConfigDict(frozen=True, defer_build=True)
 
@@ -110,6 +123,18 @@ class MemoryService(Protocol):
 
     async def snapshot(self, session_id: str, namespace: str = SUMMARY_NAMESPACE) -> Snapshot:
         """Active history plus the metadata record ``(namespace, session_id)``, consistently."""
+        ...
+
+    async def search(
+        self, session_id: str, query: str, *, role: str | None = None, limit: int = 10
+    ) -> list[SearchHit]:
+        """This session's messages that match any word of ``query``, best first: active and
+        archived, never cleared, deleted or event markers, never another session's."""
+        ...
+
+    async def get_range(self, session_id: str, from_seq: int, to_seq: int) -> list[Message]:
+        """This session's searchable messages with ``from_seq <= seq <= to_seq``, oldest first
+        (what ``search`` can find: not cleared, deleted or event markers)."""
         ...
 
     async def trim_history(

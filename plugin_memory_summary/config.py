@@ -198,6 +198,15 @@ class MemorySummaryConfig(BaseModel):
         default="auto",
         description="Language of the summary prompt; `auto` follows the conversation.",
     )
+    recall_tokens: int = Field(
+        default=1500,
+        ge=0,
+        le=100_000,
+        description=(
+            "Cap (tokens) on one result of the agent's `memory_search` and `memory_expand` "
+            "tools; 0 = no such tools."
+        ),
+    )
     caps: PayloadCaps = Field(default_factory=PayloadCaps)
 
     @field_validator("redact_patterns")

@@ -178,6 +178,12 @@ class MemorySummaryPlugin:
             await self._scheduler.drain(self.config.shutdown_grace_s)
 
     @hookimpl
+    def agent_tools(self) -> list[Any]:
+        from .recall import recall_tools  # memory_search and memory_expand
+
+        return recall_tools(self.memory, self.tokens.llm, self.config.recall_tokens)
+
+    @hookimpl
     def register_commands(self, cli: Any, open_host: Any) -> None:
         from .commands import register
 

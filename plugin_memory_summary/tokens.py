@@ -3,6 +3,7 @@ own texts, and the injected block per record version."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 from host_stub.services import LLMService
@@ -35,6 +36,11 @@ class TokenBook:
         self._counted: dict[str, int] = {}
         self._blocks: dict[BlockKey, tuple[str, int]] = {}
 
+    @property
+    def recall(self) -> bool:
+        """The agent has the recall tools: the block's framing says the archive is searchable."""
+        return self.config.recall_tokens > 0
+
     def summary_model(self) -> str | None:
         return self.config.summary_model or self.llm.default_model
 
@@ -52,7 +58,7 @@ class TokenBook:
 
     def framing_tokens(self, lang: str) -> int:
         """Tokens of the block's framing around the summary text."""
-        return self.count(framing_overhead(lang))  # remembered by count
+        return self.count(framing_overhead(lang, self.recall))  # remembered by count
 
     def budget(self, context_window: int, breakdown: Mapping[str, int] | None = None) -> int:
         """The summary budget for a chat model's window (``decisions.summary_budget``), as a
@@ -91,18 +97,19 @@ class TokenBook:
         cached = self._blocks.get(key)
         if cached is not None:
             return cached
-        block = wrap_summary_block(record.text, record.lang)
+        wrap = functools.partial(wrap_summary_block, recall=self.recall)
+        block = wrap(record.text, record.lang)
         tokens = self.count(block)
         if tokens > budget:
             text = record.text
             lo, hi = 0, len(text)
             while lo < hi:  # longest prefix whose block fits
                 mid = (lo + hi + 1) // 2
-                if self.count(wrap_summary_block(cut_text(text, mid), record.lang)) <= budget:
+                if self.count(wrap(cut_text(text, mid), record.lang)) <= budget:
                     lo = mid
                 else:
                     hi = mid - 1
-            block = wrap_summary_block(cut_text(text, lo), record.lang)
+            block = wrap(cut_text(text, lo), record.lang)
             tokens = self.count(block)
         if len(self._blocks) > BLOCK_CACHE_SIZE:
             self._blocks.clear()

@@ -28,6 +28,7 @@ SCRIPTS = {
     "token_economy": (("locomo/locomo_dev.json",), ("tokens_per_turn.svg", "tokens_per_turn.png")),
     "retention": (("locomo/locomo_dev.json", "tau_bench/airline_dev.json"), ()),
     "scale": ((), ()),
+    "recall": (("locomo/locomo_dev.json",), ()),
 }
 
 

@@ -173,6 +173,12 @@ def test_chat_in_a_terminal_streams_summarizes_and_clears(
         assert "[memory: 2 messages summarized, tokens " in shown, shown
         term.send("/summary")
         assert SUMMARY in term.expect("you> ")
+        # The summarized messages are archived, and /search still finds them.
+        term.send("/search tomato Rosa")
+        shown = term.expect("you> ")
+        assert "#1 user, archived, " in shown and "My tomato plant is called Rosa" in shown, shown
+        term.send("/search")
+        assert "usage: /search QUERY" in term.expect("you> ")
 
         # The chat grows: the summary is part of every prompt now, and a compression after a
         # turn (threshold 8) runs in the background and is announced.
@@ -191,6 +197,8 @@ def test_chat_in_a_terminal_streams_summarizes_and_clears(
         term.expect("you> ")
         term.send("/clear")
         assert "[cleared" in term.expect("you> ")
+        term.send("/search Rosa")
+        assert "(nothing found for 'Rosa')" in term.expect("you> ")
         term.send("/summary")
         assert "(no summary yet)" in term.expect("you> ")
         term.send("/quit")

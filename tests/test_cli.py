@@ -178,3 +178,49 @@ def test_unreachable_store_server_is_one_line(url: str, capsys: pytest.CaptureFi
     code, _, err = run(["sessions", "--memory", url], capsys)
     assert code == 2 and "cannot connect" in err and "Traceback" not in err
     assert "secret" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_search_finds_archived_messages_as_text_and_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conversation = tmp_path / "gym.jsonl"
+    lines = [{"role": "user", "content": "My locker code is 4417-ZEBRA."}]
+    lines.append({"role": "assistant", "content": "Noted."})
+    for i in range(30):
+        lines.append({"role": "user", "content": f"question {i} about climbing grades"})
+        lines.append({"role": "assistant", "content": f"answer {i}"})
+    conversation.write_text("\n".join(json.dumps(m) for m in lines) + "\n")
+    config = tmp_path / "host.toml"
+    config.write_text("[plugin.memory-summary]\nthreshold = 10\nkeep_recent = 4\n")
+    db = str(tmp_path / "m.db")
+    code, _, err = run(["replay", str(conversation), "--db", db, "--config", str(config)], capsys)
+    assert code == 0, err
+
+    code, out, err = run(["search", "gym", "locker code", "--json", "--db", db], capsys)
+    assert code == 0, err
+    hits = json.loads(out)
+    assert hits[0]["seq"] == 1 and hits[0]["role"] == "user"
+    assert hits[0]["status"] == "archived (summarized)" and hits[0]["date"]
+    assert hits[0]["text"] == "My locker code is 4417-ZEBRA."
+    code, out, _ = run(["search", "gym", "4417-ZEBRA", "--db", db], capsys)
+    first, *rest = out.splitlines()
+    assert code == 0 and first.startswith("#1 user, archived, ")
+    assert first.endswith(": My locker code is 4417-ZEBRA.")
+    assert rest == [rest[0]] and rest[0].startswith("#2 assistant")  # the reply to it, lower
+    code, out, _ = run(
+        ["search", "gym", "locker", "--role", "assistant", "--json", "--db", db], capsys
+    )
+    assert code == 0 and [h["seq"] for h in json.loads(out)] == [2]
+    code, out, _ = run(["search", "gym", "volcano", "--db", db], capsys)
+    assert code == 0 and out.strip() == "nothing found for 'volcano' in session 'gym'"
+    code, out, _ = run(["search", "gym", "climbing", "--limit", "3", "--json", "--db", db], capsys)
+    assert code == 0 and len(json.loads(out)) == 3
+
+    # Mistakes are one line, exit code 2.
+    code, out, err = run(["search", "gmy", "locker", "--db", db], capsys)
+    assert (code, out) == (2, "")
+    assert err.strip() == f"host-stub: error: no session 'gmy' in sqlite:///{db}"
+    code, out, err = run(["search", "gym", "  ", "--db", db], capsys)
+    assert code == 2 and err.strip() == (
+        "host-stub: error: the query is empty: give the words to look for"
+    )

@@ -61,6 +61,7 @@ def test_every_hook_signal_and_config_key_is_in_the_readme() -> None:
         "plugin_config_schema",
         "register_commands",
         "agent_prompt",
+        "agent_tools",
         "before_model_call",
         "shutdown",
     ]

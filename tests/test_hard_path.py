@@ -335,7 +335,8 @@ async def test_the_stored_summary_fits_its_block_whole_and_the_block_is_ready_be
         record = await h.plugin.show("s")
         assert record is not None
         # Fitted to the budget less the framing: the block is the whole text, never cut.
-        whole = wrap_summary_block(record.text, record.lang)
+        # (the default config gives the agent the recall tools: the framing says so)
+        whole = wrap_summary_block(record.text, record.lang, recall=True)
         assert h.plugin.tokens.count(whole) <= budget
         counted: list[str] = []
         real = h.plugin.tokens.count

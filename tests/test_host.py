@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -15,7 +16,14 @@ from fakes import ScriptedLLM, simple_count
 from host_stub import signals
 from host_stub.bus import EventBus, UnknownSignalError
 from host_stub.config import ConfigError, HostConfig, load_host_config
-from host_stub.hookspecs import ENTRY_POINT_GROUP, Contribution, PromptView, hookimpl
+from host_stub.hookspecs import (
+    ENTRY_POINT_GROUP,
+    AgentTool,
+    Contribution,
+    PromptView,
+    ToolContext,
+    hookimpl,
+)
 from host_stub.host import Host
 from host_stub.memory.inmemory import InMemoryMemory
 from host_stub.messages import Message, ToolCall, ToolCallFunction
@@ -425,3 +433,87 @@ async def test_replay_uses_recorded_replies_and_calls_no_model() -> None:
     assert [m.seq for m in history] == [1, 2, 3, 4]
     assert recorder.names().count(signals.TOKEN_USAGE) == 2  # before each recorded model reply
     assert result.reply is not None and result.reply.content == "here it is"
+
+
+class ToolPlugin:
+    """A third-party plugin that adds agent tools through the ``agent_tools`` hook."""
+
+    def __init__(self, *names: str) -> None:
+        self.names = names or ("lookup",)
+        self.contexts: list[ToolContext] = []
+
+    @hookimpl
+    def agent_tools(self) -> list[AgentTool]:
+        async def lookup(context: ToolContext, key: str) -> dict[str, Any]:
+            self.contexts.append(context)
+            if key == "boom":
+                raise RuntimeError("the lookup table is on fire")
+            return {"key": key, "value": key.upper()}
+
+        return [
+            AgentTool(
+                name=name,
+                description="look a key up",
+                parameters={
+                    "type": "object",
+                    "properties": {"key": {"type": "string"}},
+                    "required": ["key"],
+                },
+                handler=lookup,
+            )
+            for name in self.names
+        ]
+
+
+def _tool_call_reply(call_id: str, name: str, arguments: str) -> Completion:
+    return Completion(
+        text="",
+        tool_calls=[
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        ],
+    )
+
+
+async def test_plugin_tools_are_listed_and_run_in_the_tool_loop_with_the_turns_session() -> None:
+    plugin = ToolPlugin()
+    llm = ScriptedLLM()
+    llm.enqueue(
+        _tool_call_reply("t1", "lookup", '{"key": "abc"}'),
+        _tool_call_reply("t2", "lookup", '{"key": "boom"}'),
+        _tool_call_reply("t3", "lookup", '{"wrong": 1}'),
+        "done",
+    )
+    host = make_host(("tools", plugin), llm=llm)
+    await host.start()
+    try:
+        result = await host.run_turn("s1", "look up abc")
+    finally:
+        await host.stop()
+    assert result.outcome == "replied" and result.reply is not None
+    assert result.reply.content == "done"
+    assert [d["function"]["name"] for d in llm.calls[0]["tools"]] == ["lookup"]
+    tools = [m for m in result.messages if m.role == "tool"]
+    assert [(m.tool_call_id, m.name) for m in tools] == [
+        ("t1", "lookup"),
+        ("t2", "lookup"),
+        ("t3", "lookup"),
+    ]
+    assert json.loads(tools[0].content) == {"key": "abc", "value": "ABC"}
+    assert tools[0].metadata == {}
+    # A handler's exception and arguments it does not take are tool errors, not a failed turn.
+    assert tools[1].metadata == {"is_error": True} and "on fire" in tools[1].content
+    assert tools[2].metadata == {"is_error": True} and "wrong" in tools[2].content
+    assert [(c.session_id, c.call_id, c.model) for c in plugin.contexts] == [
+        ("s1", "t1", "fake/chat"),
+        ("s1", "t2", "fake/chat"),
+    ]
+    # The next call saw each result as an ordinary tool message after its call.
+    roles = [m["role"] for m in llm.calls[-1]["messages"]]
+    assert roles[-6:] == ["assistant", "tool", "assistant", "tool", "assistant", "tool"]
+
+
+async def test_a_plugin_tool_name_taken_twice_stops_the_host_at_start() -> None:
+    host = make_host(("one", ToolPlugin("lookup")), ("two", ToolPlugin("lookup")))
+    with pytest.raises(ConfigError, match="agent tool 'lookup' is already registered"):
+        await host.start()
+    await host.stop()

@@ -787,6 +787,162 @@ async def test_list_sessions(memory: MemoryService) -> None:
     assert infos["a"].updated_at is not None
 
 
+# -- search -----------------------------------------------------------------------------------
+
+
+async def _search_seqs(
+    memory: MemoryService, session_id: str, query: str, **kwargs: object
+) -> list[int]:
+    return [hit.message.seq for hit in await memory.search(session_id, query, **kwargs)]  # type: ignore[arg-type, misc]
+
+
+async def test_search_ranks_any_word_matches_of_this_session_only(memory: MemoryService) -> None:
+    await memory.append(
+        "a",
+        [
+            user("We booked the ryokan in Kyoto for three nights"),
+            assistant("The ryokan booking reference is K7XQ2M"),
+            user("What about dinner in Osaka?"),
+            assistant("Dinner is at eight, near Dotonbori"),
+        ],
+    )
+    await memory.append("b", [user("Kyoto ryokan K7XQ2M dinner in session b")])
+    # Any word matches (OR), messages holding more of the rare words come first.
+    assert (await _search_seqs(memory, "a", "ryokan reference K7XQ2M"))[0] == 2
+    # (each message is also found, lower, by the words of the one before it)
+    assert set(await _search_seqs(memory, "a", "Kyoto dinner")) == {1, 2, 3, 4}
+    assert await _search_seqs(memory, "a", "Osaka") == [3, 4]
+    # Case, punctuation and English endings do not matter: "booking" finds "booked".
+    assert set((await _search_seqs(memory, "a", "BOOKED?!"))[:2]) == {1, 2}
+    assert set((await _search_seqs(memory, "a", "bookings"))[:2]) == {1, 2}
+    assert await _search_seqs(memory, "a", "k7xq2m") == [2, 3]
+    # Only this session's messages, whatever the query.
+    for query in ("session b", "Kyoto ryokan K7XQ2M dinner in session b", "b"):
+        hits = await memory.search("a", query)
+        assert all(h.message.content != "Kyoto ryokan K7XQ2M dinner in session b" for h in hits)
+    assert await _search_seqs(memory, "b", "Osaka Dotonbori") == []
+    assert await _search_seqs(memory, "nobody", "Kyoto") == []
+    # A query of only function words or punctuation looks for nothing.
+    assert await memory.search("a", "the and of ?!") == []
+    assert await memory.search("a", "") == []
+
+
+async def test_search_marks_active_and_archived_and_knows_the_date(memory: MemoryService) -> None:
+    await memory.append("s", [user("the passport is in the blue folder"), assistant("noted")])
+    await memory.append("s", [user("and the visa is in the blue folder too")])
+    await memory.trim_history("s", up_to_seq=2)
+    hits = await memory.search("s", "blue folder")
+    found = {h.message.seq: h.message.archived for h in hits}
+    assert found == {1: "window", 2: "window", 3: None}  # 2 by the words of 1, lower
+    assert hits[-1].message.seq == 2
+    assert all(h.stored_at is not None and h.score > 0 for h in hits)
+    assert hits[0].score >= hits[1].score >= hits[2].score
+    assert {h.message.seq: h.message.role for h in hits} == {1: "user", 2: "assistant", 3: "user"}
+
+
+async def test_search_finds_unsegmented_chinese_and_japanese(memory: MemoryService) -> None:
+    await memory.append(
+        "s",
+        [
+            user("我对花生严重过敏，点菜时请出示过敏卡。"),
+            assistant("好的，我会提醒餐厅不要用花生油。"),
+            user("京都の旅館を予約しました"),
+            user("Shanghai hotel is booked"),
+        ],
+    )
+    assert (await _search_seqs(memory, "s", "花生过敏"))[0] == 1
+    assert set((await _search_seqs(memory, "s", "花生"))[:2]) == {1, 2}
+    assert await _search_seqs(memory, "s", "旅館") == [3, 4]  # 4 by the words of 3
+    assert await _search_seqs(memory, "s", "餐厅") == [2, 3]
+
+
+async def test_search_role_limit_tool_calls_and_markers(memory: MemoryService) -> None:
+    call = ToolCall(
+        id="c1", function=ToolCallFunction(name="find_flight", arguments='{"code": "LH716"}')
+    )
+    await memory.append(
+        "s",
+        [
+            user("flight LH716 please"),
+            Message(role="assistant", tool_calls=[call]),
+            Message(role="tool", tool_call_id="c1", name="find_flight", content="LH716 at 9:40"),
+            marker("flight LH716 marker"),
+            *[user(f"flight note {i}") for i in range(12)],
+        ],
+    )
+    # 5 by the words of 3, lent across the marker (never found itself)
+    assert set(await _search_seqs(memory, "s", "LH716")) == {1, 2, 3, 5}
+    assert await _search_seqs(memory, "s", "LH716", role="tool") == [3]
+    assert await _search_seqs(memory, "s", "LH716", role="assistant") == [2]
+    assert len(await memory.search("s", "flight")) == 10  # the default limit
+    assert len(await memory.search("s", "flight", limit=3)) == 3
+    assert await memory.search("s", "flight", limit=0) == []
+    assert 4 not in await _search_seqs(memory, "s", "marker flight", limit=50)
+
+
+async def test_clear_delete_and_forget_remove_search_entries(memory: MemoryService) -> None:
+    await memory.append("s", [user("alpha bravo"), user("alpha charlie"), user("alpha delta")])
+    await memory.append("t", [user("alpha in t")])
+    await memory.trim_history("s", up_to_seq=1)
+    assert await _search_seqs(memory, "s", "alpha", limit=10) != []
+
+    assert await memory.delete_messages("s", [2]) == [2]
+    assert sorted(await _search_seqs(memory, "s", "alpha")) == [1, 3]
+    assert seqs_of(await memory.get_range("s", 1, 10)) == [1, 3]
+
+    await memory.clear("s", types=["summary"])  # not the history: still searchable
+    assert sorted(await _search_seqs(memory, "s", "alpha")) == [1, 3]
+
+    await memory.clear("s", types=["history"])  # archived and active entries both go
+    assert await memory.search("s", "alpha bravo delta") == []
+    assert await memory.get_range("s", 1, 10) == []
+    [after] = await memory.append("s", [user("alpha again")])
+    assert await _search_seqs(memory, "s", "alpha") == [after.seq]
+
+    await memory.forget("s")
+    assert await memory.search("s", "alpha") == []
+    assert await memory.get_range("s", 1, 10) == []
+    [fresh] = await memory.append("s", [user("echo")])
+    assert await _search_seqs(memory, "s", "alpha echo") == [fresh.seq]
+    assert await _search_seqs(memory, "t", "alpha") == [1]
+
+
+async def test_a_reply_is_found_by_the_words_of_the_message_it_answers(
+    memory: MemoryService,
+) -> None:
+    await memory.append("s", [user("What is the capital of Peru?")])
+    await memory.append("s", [assistant("Lima."), marker("marker between"), user("Thanks!")])
+    # The reply holds none of the words, but answers the question: both are found, the
+    # question (its own words) first.
+    assert await _search_seqs(memory, "s", "capital Peru") == [1, 2]
+    # A message lends its words to the next searchable one only (the marker is skipped), never
+    # further.
+    assert 4 not in await _search_seqs(memory, "s", "capital Peru")
+    assert await _search_seqs(memory, "s", "Lima") == [2, 4]
+    # After a clear of the history nothing lends its words to the messages that follow.
+    await memory.clear("s", types=["history"])
+    await memory.append("s", [assistant("Cusco.")])
+    assert await _search_seqs(memory, "s", "Lima thanks capital") == []
+
+
+async def test_get_range_returns_searchable_messages_oldest_first(memory: MemoryService) -> None:
+    await memory.append(
+        "s", [user("one"), assistant("two"), marker(), user("four"), assistant("five")]
+    )
+    await memory.append("t", [user("other")])
+    await memory.trim_history("s", up_to_seq=2)
+    got = await memory.get_range("s", 2, 5)
+    assert [(m.seq, m.content, m.archived) for m in got] == [
+        (2, "two", "window"),
+        (4, "four", None),
+        (5, "five", None),
+    ]
+    assert await memory.get_range("s", 9, 20) == []
+    assert await memory.get_range("s", 3, 2) == []
+    assert seqs_of(await memory.get_range("t", 1, 5)) == [1]
+    assert await memory.get_range("nobody", 1, 5) == []
+
+
 # -- snapshot ---------------------------------------------------------------------------------
 
 
@@ -921,6 +1077,33 @@ async def test_sqlite_file_format_and_persistence(tmp_path: Path) -> None:
         assert await second.get_epoch("s") == 1
     finally:
         await second.close()
+
+
+async def test_sqlite_schema_1_file_gets_its_search_index(tmp_path: Path) -> None:
+    from host_stub.memory.sqlite import _MIGRATIONS
+
+    path = tmp_path / "v1.db"
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        raw.executescript(_MIGRATIONS[0])
+        raw.execute("INSERT INTO sessions VALUES ('s', 1, 4, 0), ('t', 0, 1, 0)")
+        rows = [
+            ("s", 1, 0, "user", "message", '{"content":"old epoch kyoto"}', None),
+            ("s", 2, 1, "user", "message", '{"content":"kyoto ryokan"}', "summarized"),
+            ("s", 3, 1, "user", "message", '{"content":"kyoto deleted"}', "deleted"),
+            ("s", 4, 1, "assistant", "message", '{"content":"kyoto is lovely"}', None),
+            ("t", 1, 0, "user", "message", '{"content":"kyoto in t"}', None),
+        ]
+        raw.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, 1, ?, NULL, 0)", rows)
+        raw.execute("PRAGMA user_version = 1")
+        raw.commit()
+    store = SQLiteMemory(path, count_tokens)
+    try:
+        assert sorted(h.message.seq for h in await store.search("s", "kyoto")) == [2, 4]
+        assert [h.message.seq for h in await store.search("t", "kyoto")] == [1]
+    finally:
+        await store.close()
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
 
 
 async def test_sqlite_refuses_newer_schema(tmp_path: Path) -> None:
@@ -1286,7 +1469,11 @@ async def test_redis_keys_stay_under_the_prefix_and_forget_leaves_none(rds: str)
         assert keys == {
             f"{prefix}{name}"
             for name in ("s:s", "m:s", "a:s", "z:s", "x:s", "sessions", "md:summary", "mk:s")
-        } | {f"{prefix}lease:L"}
+        } | {f"{prefix}lease:L"} | {
+            # the search index: per-message entries, term counts, one posting set per term
+            f"{prefix}{name}"
+            for name in ("xd:s", "xf:s", "xo:s", "xp:s:message", "xp:s:1", "xp:s:2", "xp:s:3")
+        }
         # Another prefix is another store.
         assert await two.get_history("s") == []
         assert await two.get_metadata("summary", "s") is None

@@ -45,6 +45,8 @@ PLUGIN = {
     "hard_compress_threshold": 0,
     "summary_timeout_s": 1.0,
     "summary_token_ratio": SUMMARY_RATIO,
+    # No recall tools: their definitions would be fixed tokens the budget is a share of.
+    "recall_tokens": 0,
 }
 SESSION = "booking"
 USER_ID = "lena_ortiz_5120"

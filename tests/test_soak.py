@@ -459,6 +459,8 @@ async def test_a_hard_compression_bypasses_the_concurrency_cap_when_a_queued_run
             "hard_deadline_s": 0.3,
             "auto_compress_threshold": 0,
             "max_concurrent_summaries": 1,
+            # y's history is sized against the window without tool definitions
+            "recall_tokens": 0,
         },
     )
     host = soak.host

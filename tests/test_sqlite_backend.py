@@ -100,7 +100,9 @@ class Trace:
         self._release.set()
 
     def sql(self) -> list[str]:
-        return [sql for sql, _ in self.statements]
+        """The statements the backend ran; the ones SQLite runs inside them for the FTS5 search
+        index (traced as ``-- ...``, some at ``COMMIT``) left out."""
+        return [sql for sql, _ in self.statements if not sql.startswith("-- ")]
 
     def clear(self) -> None:
         self.statements.clear()

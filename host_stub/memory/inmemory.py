@@ -19,6 +19,7 @@ from ..services import (
     SUMMARY_NAMESPACE,
     LeaseToken,
     MetadataEntry,
+    SearchHit,
     SessionInfo,
     Snapshot,
 )
@@ -35,6 +36,16 @@ from ._common import (
     to_datetime,
     tokens_of,
 )
+from ._search import (
+    CONTEXT_SPAN,
+    Indexed,
+    batch_terms,
+    bm25,
+    own_terms,
+    query_terms,
+    top,
+    weighted_counts,
+)
 
 __all__ = ["InMemoryMemory"]
 
@@ -46,6 +57,39 @@ class _Session:
     updated_at: float = field(default_factory=time.time)
     #: seq -> stored message (``archived`` set once archived), in seq order.
     messages: dict[int, Message] = field(default_factory=dict)
+    #: The search index: term -> {seq: term frequency};
+    #: seq -> (its term counts, their sum, stored at).
+    postings: dict[str, dict[int, float]] = field(default_factory=dict)
+    docs: dict[int, tuple[dict[str, float], float, float]] = field(default_factory=dict)
+    total_terms: float = 0.0
+
+    def previous_terms(self, first_seq: int) -> list[str] | None:
+        """The own terms of the searchable message a batch starting at ``first_seq`` follows."""
+        for seq in range(first_seq - 1, max(0, first_seq - 1 - CONTEXT_SPAN), -1):
+            if seq in self.docs:
+                return own_terms(self.messages[seq])
+        return None
+
+    def index(self, seq: int, indexed: Indexed, now: float) -> None:
+        counts = weighted_counts(indexed)
+        for term, tf in counts.items():
+            self.postings.setdefault(term, {})[seq] = tf
+        length = sum(counts.values())
+        self.docs[seq] = (counts, length, now)
+        self.total_terms += length
+
+    def unindex(self, seqs: Sequence[int]) -> None:
+        for seq in seqs:
+            doc = self.docs.pop(seq, None)
+            if doc is None:
+                continue
+            self.total_terms -= doc[1]
+            for term in doc[0]:
+                posting = self.postings.get(term)
+                if posting is not None:
+                    posting.pop(seq, None)
+                    if not posting:
+                        del self.postings[term]
 
 
 class InMemoryMemory:
@@ -108,8 +152,10 @@ class InMemoryMemory:
         counted = [(m, tokens_of(m, self._count)) for m in messages]
         async with self._lock:
             session = self._session(session_id)
+            now = time.time()
+            terms = batch_terms(messages, session.previous_terms(session.last_seq + 1))
             out: list[Message] = []
-            for message, tokens in counted:
+            for (message, tokens), indexed in zip(counted, terms, strict=True):
                 session.last_seq += 1
                 # Through JSON, as the SQL backends store it, so all accept the same input.
                 stored = message_from_row(
@@ -122,8 +168,10 @@ class InMemoryMemory:
                     archived=None,
                 )
                 session.messages[stored.seq] = stored  # type: ignore[index]
+                if indexed is not None:
+                    session.index(session.last_seq, indexed, now)
                 out.append(stored.model_copy(deep=True))
-            session.updated_at = time.time()
+            session.updated_at = now
             return out
 
     async def get_history(self, session_id: str, limit: int | None = None) -> list[Message]:
@@ -154,6 +202,48 @@ class InMemoryMemory:
                 epoch=session.epoch if session else 0,
                 messages=_copies(self._active(session_id)),
                 record=_entry_copy(self._metadata.get((namespace, session_id))),
+            )
+
+    async def search(
+        self, session_id: str, query: str, *, role: str | None = None, limit: int = 10
+    ) -> list[SearchHit]:
+        check_limit(limit)
+        terms = query_terms(query)
+        async with self._lock:
+            session = self._sessions.get(session_id)
+            if session is None or not terms or not limit or not session.docs:
+                return []
+            n = len(session.docs)
+            docs = session.docs
+            scores = bm25(
+                terms,
+                session.postings,
+                lambda s: docs[s][1],
+                n,
+                session.total_terms / n,
+            )
+            if role is not None:
+                scores = {s: v for s, v in scores.items() if session.messages[s].role == role}
+            return [
+                SearchHit(
+                    message=session.messages[seq].model_copy(deep=True),
+                    score=score,
+                    stored_at=to_datetime(session.docs[seq][2]),
+                )
+                for seq, score in top(scores, limit)
+            ]
+
+    async def get_range(self, session_id: str, from_seq: int, to_seq: int) -> list[Message]:
+        async with self._lock:
+            session = self._sessions.get(session_id)
+            if session is None:
+                return []
+            return _copies(
+                [
+                    m
+                    for s, m in session.messages.items()
+                    if from_seq <= s <= to_seq and s in session.docs
+                ]
             )
 
     async def trim_history(
@@ -272,6 +362,7 @@ class InMemoryMemory:
             if types is None or "history" in types:
                 seqs = [m.seq or 0 for m in self._active(session_id)]
                 self._archive(session, seqs, "cleared", now)
+                session.unindex(list(session.docs))
             if types is None:
                 namespaces = sorted(ns for ns, key in self._metadata if key == session_id)
             else:
@@ -291,6 +382,7 @@ class InMemoryMemory:
                 if s in session.messages and session.messages[s].archived != "deleted"
             )
             self._archive(session, found, "deleted", time.time())
+            session.unindex(found)
             return found
 
     async def forget(self, session_id: str) -> None:

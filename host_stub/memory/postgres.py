@@ -47,6 +47,7 @@ from ..services import (
     SUMMARY_NAMESPACE,
     LeaseToken,
     MetadataEntry,
+    SearchHit,
     SessionInfo,
     Snapshot,
 )
@@ -62,11 +63,12 @@ from ._common import (
     to_datetime,
     tokens_of,
 )
+from ._search import CONTEXT_SPAN, CONTEXT_WEIGHT, own_terms, query_terms, with_context
 
 __all__ = ["SCHEMA_VERSION", "PostgresMemory", "redact_url"]
 
 #: Stored in ``memory_schema_version``; bump it and add a step to ``_MIGRATIONS`` on changes.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Migration steps, from version ``n`` to ``n + 1``. ``{p}`` is the schema prefix.
 _MIGRATIONS: dict[int, list[str]] = {
@@ -106,7 +108,48 @@ _MIGRATIONS: dict[int, list[str]] = {
             expires_at double precision NOT NULL
         )""",
     ],
+    # The search index: the message's terms as a tsvector (NULL: not searchable), filled for
+    # the stored messages by ``_backfill_search``.
+    1: [
+        "ALTER TABLE {p}messages ADD COLUMN IF NOT EXISTS search tsvector NULL",
+        "CREATE INDEX IF NOT EXISTS messages_search ON {p}messages USING gin (search)",
+    ],
 }
+
+#: A message's tsvector: its own terms (weight class A), the terms the message before it lends
+#: (class B, ranked at ``CONTEXT_WEIGHT``).
+_TSVECTOR = (
+    "setweight(to_tsvector('simple', {own}), 'A') || setweight(to_tsvector('simple', {lent}), 'B')"
+)
+
+#: ``ts_rank`` weights of the classes D, C, B, A.
+_RANK_WEIGHTS = f"{{0.1, 0.2, {CONTEXT_WEIGHT}, 1.0}}"
+
+#: Search: the candidates (any query term, as ``websearch_to_tsquery`` reads "a or b"), each
+#: term's weight from its document frequency among them (BM25's idf, with the session's message
+#: count as N), a candidate's score the sum over the terms it holds of weight x ``ts_rank``.
+_SEARCH = """
+WITH t AS MATERIALIZED (
+    SELECT i, websearch_to_tsquery('simple', term) AS q
+    FROM unnest($3::text[]) WITH ORDINALITY AS u(term, i)
+), c AS MATERIALIZED (
+    SELECT seq, search FROM {p}messages
+    WHERE session_id = $1 AND search @@ websearch_to_tsquery('simple', $2) {role}
+), hit AS MATERIALIZED (
+    SELECT c.seq, t.i, ts_rank('{weights}', c.search, t.q, 1) AS r
+    FROM c CROSS JOIN t WHERE c.search @@ t.q
+), w AS MATERIALIZED (
+    SELECT i, ln(1 + (n.n - count(*) + 0.5) / (count(*) + 0.5)) AS idf
+    FROM hit, (SELECT last_seq AS n FROM {p}sessions WHERE session_id = $1) AS n
+    GROUP BY i, n.n
+), ranked AS (
+    SELECT hit.seq, sum(w.idf * hit.r) AS score FROM hit JOIN w USING (i)
+    GROUP BY hit.seq ORDER BY score DESC, hit.seq DESC LIMIT $4
+)
+SELECT m.seq, m.epoch, m.role, m.kind, m.body, m.tokens, m.archived, m.created_at, r.score
+FROM ranked r JOIN {p}messages m ON m.session_id = $1 AND m.seq = r.seq
+ORDER BY r.score DESC, r.seq DESC
+"""
 
 #: Transaction time (one value for every write of a transaction) and wall time, as unix seconds,
 #: both from the server's clock.
@@ -296,6 +339,8 @@ class PostgresMemory:
             while version < SCHEMA_VERSION:
                 for statement in _MIGRATIONS[version]:
                     await conn.execute(self._sql(statement))
+                if version == 1:
+                    await self._backfill_search(conn)
                 version += 1
             await conn.execute(
                 self._sql(
@@ -368,6 +413,7 @@ class PostgresMemory:
         if not messages:
             return []
         counted = [(m, tokens_of(m, self._count), body_of(m)) for m in messages]
+        owns = [own_terms(m) for m in messages]
         n = len(counted)
         async with self._tx() as conn:
             # The upsert locks the session's row until commit: the counter is taken, and the
@@ -385,13 +431,30 @@ class PostgresMemory:
                 n,
             )
             epoch, first = int(row["epoch"]), int(row["last_seq"]) - n + 1
+            previous = None
+            if first > 1 and any(own is not None for own in owns):
+                prev = await conn.fetch(
+                    self._sql(
+                        f"SELECT {_MESSAGE_COLUMNS} FROM {{p}}messages WHERE session_id = $1"
+                        " AND seq BETWEEN $2 AND $3 AND search IS NOT NULL"
+                        " ORDER BY seq DESC LIMIT 1"
+                    ),
+                    session_id,
+                    max(1, first - CONTEXT_SPAN),
+                    first - 1,
+                )
+                previous = own_terms(_rows_to_messages(prev)[0]) if prev else None
+            indexed = with_context(owns, previous)
+            own_texts = [None if t is None else " ".join(t[0]) for t in indexed]
+            lent_texts = [None if t is None else " ".join(t[1]) for t in indexed]
             await conn.execute(
                 self._sql(
                     "INSERT INTO {p}messages (session_id, seq, epoch, role, kind, body, tokens,"
-                    " archived, archived_at, created_at)"
-                    f" SELECT $1, t.seq, $2, t.role, t.kind, t.body, t.tokens, NULL, NULL, {_NOW}"
-                    " FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[])"
-                    " AS t(seq, role, kind, body, tokens)"
+                    " archived, archived_at, created_at, search)"
+                    f" SELECT $1, t.seq, $2, t.role, t.kind, t.body, t.tokens, NULL, NULL, {_NOW},"
+                    f" {_TSVECTOR.format(own='t.own', lent='t.lent')}"
+                    " FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[],"
+                    " $8::text[], $9::text[]) AS t(seq, role, kind, body, tokens, own, lent)"
                 ),
                 session_id,
                 epoch,
@@ -400,6 +463,8 @@ class PostgresMemory:
                 [m.kind for m, _, _ in counted],
                 [body for _, _, body in counted],
                 [tokens for _, tokens, _ in counted],
+                own_texts,
+                lent_texts,
             )
         return [
             message_from_row(
@@ -432,6 +497,41 @@ class PostgresMemory:
             record = await self._metadata(conn, namespace, session_id)
             epoch = await self._epoch(conn, session_id)
         return Snapshot(session_id=session_id, epoch=epoch, messages=messages, record=record)
+
+    async def search(
+        self, session_id: str, query: str, *, role: str | None = None, limit: int = 10
+    ) -> list[SearchHit]:
+        check_limit(limit)
+        terms = query_terms(query)
+        if not terms or not limit:
+            return []
+        args: list[Any] = [session_id, " or ".join(terms), terms, limit]
+        role_sql = ""
+        if role is not None:
+            role_sql = "AND role = $5"
+            args.append(role)
+        async with self._conn() as conn:
+            sql = _SEARCH.replace("{role}", role_sql).replace("{weights}", _RANK_WEIGHTS)
+            rows = await conn.fetch(self._sql(sql), *args)
+        return [
+            SearchHit(
+                message=message, score=float(r["score"]), stored_at=to_datetime(r["created_at"])
+            )
+            for message, r in zip(_rows_to_messages(rows), rows, strict=True)
+        ]
+
+    async def get_range(self, session_id: str, from_seq: int, to_seq: int) -> list[Message]:
+        async with self._conn() as conn:
+            rows = await conn.fetch(
+                self._sql(
+                    f"SELECT {_MESSAGE_COLUMNS} FROM {{p}}messages WHERE session_id = $1"
+                    " AND seq BETWEEN $2 AND $3 AND search IS NOT NULL ORDER BY seq"
+                ),
+                session_id,
+                from_seq,
+                to_seq,
+            )
+        return _rows_to_messages(rows)
 
     async def trim_history(
         self,
@@ -592,6 +692,13 @@ class PostgresMemory:
                     ),
                     session_id,
                 )
+                await conn.execute(
+                    self._sql(
+                        "UPDATE {p}messages SET search = NULL"
+                        " WHERE session_id = $1 AND search IS NOT NULL"
+                    ),
+                    session_id,
+                )
             if types is None:
                 await conn.execute(
                     self._sql(
@@ -615,8 +722,8 @@ class PostgresMemory:
                 return []
             rows = await conn.fetch(
                 self._sql(
-                    f"UPDATE {{p}}messages SET archived = 'deleted', archived_at = {_NOW}"
-                    " WHERE session_id = $1 AND seq = ANY($2::bigint[])"
+                    f"UPDATE {{p}}messages SET archived = 'deleted', archived_at = {_NOW},"
+                    " search = NULL WHERE session_id = $1 AND seq = ANY($2::bigint[])"
                     " AND archived IS DISTINCT FROM 'deleted' RETURNING seq"
                 ),
                 session_id,
@@ -683,6 +790,36 @@ class PostgresMemory:
             await asyncio.wait(pending, timeout=deadline - loop.time())
 
     # -- SQL helpers (inside a transaction or on one connection) ------------------------------
+
+    async def _backfill_search(self, conn: Any) -> None:
+        """Migration 1 -> 2: index what a search may find of the stored messages (the current
+        epoch's, not cleared or deleted; what an earlier clear left archived stays out)."""
+        rows = await conn.fetch(
+            self._sql(
+                "SELECT m.session_id, m.seq, m.epoch, m.role, m.kind, m.body, m.tokens,"
+                " m.archived FROM {p}messages m JOIN {p}sessions s"
+                " ON s.session_id = m.session_id AND s.epoch = m.epoch"
+                " WHERE m.kind = 'message' AND (m.archived IS NULL OR m.archived NOT IN"
+                " ('cleared', 'deleted'))"
+            )
+        )
+        by_session: dict[str, list[Message]] = {}
+        for r, message in zip(rows, _rows_to_messages(rows), strict=True):
+            by_session.setdefault(r["session_id"], []).append(message)
+        updates = []
+        for session_id, messages in by_session.items():
+            messages.sort(key=lambda m: m.seq or 0)
+            terms = with_context([own_terms(m) for m in messages], None)
+            for message, t in zip(messages, terms, strict=True):
+                if t is not None:
+                    updates.append((session_id, message.seq, " ".join(t[0]), " ".join(t[1])))
+        await conn.executemany(
+            self._sql(
+                f"UPDATE {{p}}messages SET search = {_TSVECTOR.format(own='$3', lent='$4')}"
+                " WHERE session_id = $1 AND seq = $2"
+            ),
+            updates,
+        )
 
     async def _epoch(self, conn: Any, session_id: str) -> int:
         epoch = await conn.fetchval(
@@ -836,6 +973,21 @@ def _entry(row: Any) -> MetadataEntry:
         deleted=bool(row["deleted"]),
         updated_at=to_datetime(row["updated_at"]),
     )
+
+
+def _rows_to_messages(rows: Sequence[Any]) -> list[Message]:
+    return [
+        message_from_row(
+            role=r["role"],
+            kind=r["kind"],
+            body=r["body"],
+            seq=int(r["seq"]),
+            epoch=int(r["epoch"]),
+            tokens=int(r["tokens"]),
+            archived=r["archived"],
+        )
+        for r in rows
+    ]
 
 
 def _dump_value(value: dict[str, Any]) -> str:

@@ -22,7 +22,20 @@ Keys, all under ``prefix`` (default ``hs:``; a ``?prefix=`` in the URL overrides
 ``{p}mk:{key}``                 set of the namespaces holding an entry for ``key`` (for
                                 ``clear(types=None)`` and ``forget``)
 ``{p}lease:{name}``             string: the holder's token, with the lease's expiry as TTL
+``{p}xd:{session}``             hash: searchable seq -> ``"<terms> <stored at, ms> <term> ..."``
+                                (its number of terms, when it was stored, its distinct terms:
+                                its own and those the message before it lent)
+``{p}xf:{session}``             hash: term -> number of searchable messages holding it; ``#len``
+                                -> the terms of all of them (BM25's average length); ``#last``
+                                -> the last seq indexed
+``{p}xo:{session}``             hash: searchable seq -> ``"<term>:<tf> ..."``, the terms it lends
+                                the message after it
+``{p}xp:{session}:{term}``      sorted set: seq -> the term's frequency in that message
 ==============================  ================================================================
+
+The search index (``xd``, ``xf``, ``xp``) is written by the same scripts that append, clear and
+delete messages, so it never disagrees with the messages; the search itself is one script that
+ranks the matches with BM25.
 
 A message record is ``{"epoch":E,"role":R,"kind":K,"tokens":N,"body":{...}}`` and a metadata
 entry ``{"version":V,"deleted":B,"updated_at":MS,"value":{...}|null}``, always with the fields
@@ -60,6 +73,7 @@ from ..services import (
     SUMMARY_NAMESPACE,
     LeaseToken,
     MetadataEntry,
+    SearchHit,
     SessionInfo,
     Snapshot,
 )
@@ -75,6 +89,7 @@ from ._common import (
     to_datetime,
     tokens_of,
 )
+from ._search import CONTEXT_SPAN, CONTEXT_WEIGHT, context_of, own_terms, query_terms
 
 __all__ = ["RedisMemory", "redact_url"]
 
@@ -112,6 +127,56 @@ local function archive(s, a, z, x, seqs, reason, now)
   redis.call('HSET', s, 'updated_at', now)
 end
 
+-- search index: add message seq under its own terms (doc: "<len> <term>:<tf> ...", '' = not
+-- indexed) and, weighted w, those the message before it lends (prev: "<term>:<tf> ..."); remember
+-- what this one lends the next (lend); return it
+local function index_doc(xd, xf, xo, base, seq, doc, lend, prev, w, now)
+  if doc == '' then return prev end
+  local counts, names = {}, {}
+  local len = tonumber(string.match(doc, '^(%d+)'))
+  for i, part in ipairs({doc, prev}) do
+    local weight = 1
+    if i == 2 then weight = w end
+    for term, tf in string.gmatch(part, '(%S+):(%d+)') do
+      if not counts[term] then
+        counts[term] = 0
+        names[#names + 1] = term
+      end
+      counts[term] = counts[term] + weight * tonumber(tf)
+      if i == 2 then len = len + weight * tonumber(tf) end
+    end
+  end
+  for _, term in ipairs(names) do
+    redis.call('ZADD', base .. term, counts[term], seq)
+    redis.call('HINCRBY', xf, term, 1)
+  end
+  redis.call('HINCRBYFLOAT', xf, '#len', len)
+  redis.call('HSET', xf, '#last', seq)
+  redis.call('HSET', xd, seq, len .. ' ' .. now .. ' ' .. table.concat(names, ' '))
+  redis.call('HSET', xo, seq, lend)
+  return lend
+end
+
+local function unindex_doc(xd, xf, xo, base, seq)
+  local raw = redis.call('HGET', xd, seq)
+  if not raw then return end
+  local len, rest = string.match(raw, '^(%S+) %d+ ?(.*)$')
+  for term in string.gmatch(rest, '%S+') do
+    redis.call('ZREM', base .. term, seq)
+    if redis.call('HINCRBY', xf, term, -1) <= 0 then redis.call('HDEL', xf, term) end
+  end
+  redis.call('HINCRBYFLOAT', xf, '#len', -tonumber(len))
+  redis.call('HDEL', xd, seq)
+  redis.call('HDEL', xo, seq)
+end
+
+local function unindex_all(xd, xf, xo, base)
+  for _, term in ipairs(redis.call('HKEYS', xf)) do
+    if string.sub(term, 1, 1) ~= '#' then redis.call('DEL', base .. term) end
+  end
+  redis.call('DEL', xd, xf, xo)
+end
+
 local function md_version(md, key)
   local raw = redis.call('HGET', md, key)
   if not raw then return 0 end
@@ -135,16 +200,27 @@ local function md_write(md, mk, namespace, key, value, now)
 end
 """
 
-# KEYS: s, m, a, sessions; ARGV: session_id, record tails (without the epoch)
+# KEYS: s, m, a, sessions, xd, xf, xo; ARGV: session_id, index base (xp:{session}:), n, context
+# span, context weight, n record tails (without the epoch), n index docs, n lent terms
 _APPEND = r"""
 local epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
 local seq = tonumber(redis.call('HGET', KEYS[1], 'last_seq') or '0')
-for i = 2, #ARGV do
-  seq = seq + 1
-  redis.call('HSET', KEYS[2], seq, '{"epoch":' .. epoch .. ',' .. ARGV[i])
-  redis.call('ZADD', KEYS[3], seq, seq)
+local n = tonumber(ARGV[3])
+local now = now_ms()
+local prev = ''
+local last = tonumber(redis.call('HGET', KEYS[6], '#last') or '0')
+if last > 0 and last > seq - tonumber(ARGV[4]) then
+  prev = redis.call('HGET', KEYS[7], last) or ''
 end
-redis.call('HSET', KEYS[1], 'epoch', epoch, 'last_seq', seq, 'updated_at', now_ms())
+local w = tonumber(ARGV[5])
+for i = 1, n do
+  seq = seq + 1
+  redis.call('HSET', KEYS[2], seq, '{"epoch":' .. epoch .. ',' .. ARGV[5 + i])
+  redis.call('ZADD', KEYS[3], seq, seq)
+  prev = index_doc(KEYS[5], KEYS[6], KEYS[7], ARGV[2], seq, ARGV[5 + n + i], ARGV[5 + 2 * n + i],
+                   prev, w, now)
+end
+redis.call('HSET', KEYS[1], 'epoch', epoch, 'last_seq', seq, 'updated_at', now)
 redis.call('SADD', KEYS[4], ARGV[1])
 return {epoch, seq}
 """
@@ -188,6 +264,68 @@ local out = {tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0'),
 for _, seq in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
   out[#out + 1] = seq
   out[#out + 1] = redis.call('HGET', KEYS[2], seq)
+end
+return out
+"""
+
+# KEYS: xd, xf, m, x; ARGV: index base, limit, role ('' = any), terms...
+# -> flat list seq, record, reason, score, stored at (ms), best first
+_SEARCH = r"""
+local n = redis.call('HLEN', KEYS[1])
+if n == 0 then return {} end
+local avg = tonumber(redis.call('HGET', KEYS[2], '#len') or '0') / n
+if avg <= 0 then avg = 1 end
+local scores, lens = {}, {}
+for i = 4, #ARGV do
+  local df = tonumber(redis.call('HGET', KEYS[2], ARGV[i]) or '0')
+  if df > 0 then
+    local idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+    local post = redis.call('ZRANGE', ARGV[1] .. ARGV[i], 0, -1, 'WITHSCORES')
+    for j = 1, #post, 2 do
+      local seq, tf = post[j], tonumber(post[j + 1])
+      local len = lens[seq]
+      if not len then
+        len = tonumber(string.match(redis.call('HGET', KEYS[1], seq), '^(%S+)'))
+        lens[seq] = len
+      end
+      scores[seq] = (scores[seq] or 0)
+        + idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * len / avg))
+    end
+  end
+end
+local items = {}
+for seq, score in pairs(scores) do items[#items + 1] = {tonumber(seq), score} end
+table.sort(items, function(p, q)
+  if p[2] ~= q[2] then return p[2] > q[2] end
+  return p[1] > q[1]
+end)
+local out, limit, found = {}, tonumber(ARGV[2]), 0
+for _, item in ipairs(items) do
+  if found >= limit then break end
+  local raw = redis.call('HGET', KEYS[3], item[1])
+  local _, role = head(raw)
+  if ARGV[3] == '' or role == ARGV[3] then
+    found = found + 1
+    out[#out + 1] = item[1]
+    out[#out + 1] = raw
+    out[#out + 1] = redis.call('HGET', KEYS[4], item[1])
+    out[#out + 1] = string.format('%.17g', item[2])
+    out[#out + 1] = string.match(redis.call('HGET', KEYS[1], item[1]), '^%S+ (%d+)')
+  end
+end
+return out
+"""
+
+# KEYS: s, m, xd, x; ARGV: from_seq, to_seq -> flat list seq, record, reason, oldest first
+_RANGE = r"""
+local last = tonumber(redis.call('HGET', KEYS[1], 'last_seq') or '0')
+local out = {}
+for seq = math.max(1, tonumber(ARGV[1])), math.min(last, tonumber(ARGV[2])) do
+  if redis.call('HEXISTS', KEYS[3], seq) == 1 then
+    out[#out + 1] = seq
+    out[#out + 1] = redis.call('HGET', KEYS[2], seq)
+    out[#out + 1] = redis.call('HGET', KEYS[4], seq)
+  end
 end
 return out
 """
@@ -258,8 +396,8 @@ end
 return 0
 """
 
-# KEYS: s, a, z, x, sessions, mk; ARGV: prefix, session_id, all ('1'/'0'), history ('1'/'0'),
-# namespaces... -> the new epoch
+# KEYS: s, a, z, x, sessions, mk, xd, xf, xo; ARGV: prefix, session_id, all ('1'/'0'), history
+# ('1'/'0'), namespaces... -> the new epoch
 _CLEAR = r"""
 local now = now_ms()
 local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
@@ -269,6 +407,7 @@ redis.call('SADD', KEYS[5], ARGV[2])
 if ARGV[4] == '1' then
   archive(KEYS[1], KEYS[2], KEYS[3], KEYS[4], redis.call('ZRANGE', KEYS[2], 0, -1), 'cleared',
           now)
+  unindex_all(KEYS[7], KEYS[8], KEYS[9], ARGV[1] .. 'xp:' .. ARGV[2] .. ':')
 end
 local namespaces = {}
 if ARGV[3] == '1' then
@@ -283,20 +422,24 @@ end
 return epoch
 """
 
-# KEYS: s, m, a, z, x; ARGV: seqs (sorted, unique) -> the seqs it changed
+# KEYS: s, m, a, z, x, xd, xf, xo; ARGV: index base, seqs (sorted, unique) -> the seqs it
+# changed
 _DELETE_MESSAGES = r"""
 local found = {}
-for _, seq in ipairs(ARGV) do
+for i = 2, #ARGV do
+  local seq = ARGV[i]
   if redis.call('HEXISTS', KEYS[2], seq) == 1 and redis.call('HGET', KEYS[5], seq) ~= 'deleted' then
     found[#found + 1] = tonumber(seq)
   end
 end
 archive(KEYS[1], KEYS[3], KEYS[4], KEYS[5], found, 'deleted', now_ms())
+for _, seq in ipairs(found) do unindex_doc(KEYS[6], KEYS[7], KEYS[8], ARGV[1], seq) end
 return found
 """
 
-# KEYS: s, m, a, z, x, sessions, mk; ARGV: prefix, session_id
+# KEYS: s, m, a, z, x, sessions, mk, xd, xf, xo; ARGV: prefix, session_id
 _FORGET = r"""
+unindex_all(KEYS[8], KEYS[9], KEYS[10], ARGV[1] .. 'xp:' .. ARGV[2] .. ':')
 for _, ns in ipairs(redis.call('SMEMBERS', KEYS[7])) do
   redis.call('HDEL', ARGV[1] .. 'md:' .. ns, ARGV[2])
 end
@@ -325,6 +468,8 @@ _SCRIPTS = {
     "append": _APPEND,
     "read": _READ,
     "snapshot": _SNAPSHOT,
+    "search": _SEARCH,
+    "range": _RANGE,
     "trim": _TRIM,
     "commit": _COMMIT,
     "save_metadata": _SAVE_METADATA,
@@ -469,6 +614,16 @@ class RedisMemory:
         p = self.prefix
         return [f"{p}{kind}:{session_id}" for kind in ("s", "m", "a", "z", "x")]
 
+    def _index_keys(self, session_id: str) -> tuple[str, str, str, str]:
+        """``xd``, ``xf``, ``xo`` and the posting keys' common start ``xp:{session}:``."""
+        p = self.prefix
+        return (
+            f"{p}xd:{session_id}",
+            f"{p}xf:{session_id}",
+            f"{p}xo:{session_id}",
+            f"{p}xp:{session_id}:",
+        )
+
     def _md(self, namespace: str) -> str:
         return f"{self.prefix}md:{namespace}"
 
@@ -523,8 +678,16 @@ class RedisMemory:
                 f'"role":{json.dumps(message.role)},"kind":{json.dumps(message.kind)},'
                 f'"tokens":{int(tokens)},"body":{body}}}'
             )
+        owns = [own_terms(message) for message in messages]
+        docs = [_index_doc(own) for own in owns]
+        lent = [_pairs(context_of(own)) if own else "" for own in owns]
         s, m, a, _, _ = self._session_keys(session_id)
-        epoch, last = await self._run("append", [s, m, a, self._sessions], [session_id, *tails])
+        xd, xf, xo, base = self._index_keys(session_id)
+        epoch, last = await self._run(
+            "append",
+            [s, m, a, self._sessions, xd, xf, xo],
+            [session_id, base, len(tails), CONTEXT_SPAN, CONTEXT_WEIGHT, *tails, *docs, *lent],
+        )
         first = int(last) - len(rows) + 1
         return [
             message_from_row(
@@ -564,6 +727,31 @@ class RedisMemory:
         messages = [_message(rest[i], rest[i + 1], None) for i in range(0, len(rest), 2)]
         record = None if entry is None else _entry(namespace, session_id, entry)
         return Snapshot(session_id=session_id, epoch=epoch, messages=messages, record=record)
+
+    async def search(
+        self, session_id: str, query: str, *, role: str | None = None, limit: int = 10
+    ) -> list[SearchHit]:
+        check_limit(limit)
+        terms = query_terms(query)
+        if not terms or not limit:
+            return []
+        _, m, _, _, x = self._session_keys(session_id)
+        xd, xf, _, base = self._index_keys(session_id)
+        flat = await self._run("search", [xd, xf, m, x], [base, limit, role or "", *terms])
+        return [
+            SearchHit(
+                message=_message(flat[i], flat[i + 1], flat[i + 2]),
+                score=float(flat[i + 3]),
+                stored_at=to_datetime(int(flat[i + 4]) / 1000),
+            )
+            for i in range(0, len(flat), 5)
+        ]
+
+    async def get_range(self, session_id: str, from_seq: int, to_seq: int) -> list[Message]:
+        s, m, _, _, x = self._session_keys(session_id)
+        xd, _, _, _ = self._index_keys(session_id)
+        flat = await self._run("range", [s, m, xd, x], [int(from_seq), int(to_seq)])
+        return _messages(flat)
 
     async def trim_history(
         self,
@@ -673,7 +861,8 @@ class RedisMemory:
             history = "1" if "history" in types else "0"
             flags = ["0", history]
             namespaces = [t for t in dict.fromkeys(types) if t != "history"]
-        keys = [s, a, z, x, self._sessions, self._mk(session_id)]
+        xd, xf, xo, _ = self._index_keys(session_id)
+        keys = [s, a, z, x, self._sessions, self._mk(session_id), xd, xf, xo]
         epoch = await self._run("clear", keys, [self.prefix, session_id, *flags, *namespaces])
         return int(epoch)
 
@@ -681,11 +870,15 @@ class RedisMemory:
         wanted = sorted({int(seq) for seq in seqs})
         if not wanted:
             return []
-        found = await self._run("delete_messages", self._session_keys(session_id), wanted)
+        xd, xf, xo, base = self._index_keys(session_id)
+        found = await self._run(
+            "delete_messages", [*self._session_keys(session_id), xd, xf, xo], [base, *wanted]
+        )
         return [int(seq) for seq in found]
 
     async def forget(self, session_id: str) -> None:
-        keys = [*self._session_keys(session_id), self._sessions, self._mk(session_id)]
+        xd, xf, xo, _ = self._index_keys(session_id)
+        keys = [*self._session_keys(session_id), self._sessions, self._mk(session_id), xd, xf, xo]
         await self._run("forget", keys, [self.prefix, session_id])
 
     async def list_sessions(self) -> list[SessionInfo]:
@@ -744,6 +937,22 @@ def _entry(namespace: str, key: str, raw: str) -> MetadataEntry:
         deleted=data["deleted"],
         updated_at=to_datetime(data["updated_at"] / 1000),
     )
+
+
+def _pairs(terms: Sequence[str]) -> str:
+    """Terms as the scripts read them: ``"<term>:<count> ..."``."""
+    counts: dict[str, int] = {}
+    for term in terms:
+        counts[term] = counts.get(term, 0) + 1
+    return " ".join(f"{term}:{tf}" for term, tf in counts.items())
+
+
+def _index_doc(own: list[str] | None) -> str:
+    """A message's own entry for the append script: ``"<terms> <term>:<tf> ..."``; ``""`` for
+    a message that is not indexed."""
+    if own is None:
+        return ""
+    return f"{len(own)} {_pairs(own)}".rstrip()
 
 
 def _dump_value(value: dict[str, Any]) -> str:

@@ -58,6 +58,7 @@ from ..services import (
     SUMMARY_NAMESPACE,
     LeaseToken,
     MetadataEntry,
+    SearchHit,
     SessionInfo,
     Snapshot,
 )
@@ -73,11 +74,12 @@ from ._common import (
     to_datetime,
     tokens_of,
 )
+from ._search import CONTEXT_SPAN, Indexed, own_terms, query_terms, with_context
 
 __all__ = ["SCHEMA_VERSION", "SQLiteMemory"]
 
 #: Stored in ``PRAGMA user_version``; bump it and add a step to ``_MIGRATIONS`` on schema changes.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _MIGRATIONS: dict[int, str] = {
     # from version 0 (empty file) to 1
@@ -117,10 +119,27 @@ _MIGRATIONS: dict[int, str] = {
         expires_at REAL NOT NULL
     );
     """,
+    # from 1 to 2: the search index (filled from the stored messages by _backfill_search)
+    1: """
+    CREATE TABLE IF NOT EXISTS search_sessions (
+        id         INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL UNIQUE
+    );
+    CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(
+        terms, context, tokenize = 'unicode61 remove_diacritics 0'
+    );
+    INSERT INTO search (search, rank) VALUES ('rank', 'bm25(1.0, 0.5)');
+    """,
 }
+
+#: The search index's rowid of message ``seq`` of the session with key ``id`` is
+#: ``id << _SEQ_BITS | seq``: a session's entries are one rowid range, which FTS5 seeks to.
+_SEQ_BITS = 32
+_SEQ_MASK = (1 << _SEQ_BITS) - 1
 
 #: A message row: ``(seq, epoch, role, kind, body, tokens, archived)``.
 _MESSAGE_COLUMNS = "seq, epoch, role, kind, body, tokens, archived"
+_PREFIXED_COLUMNS = ", ".join(f"m.{c}" for c in _MESSAGE_COLUMNS.split(", "))
 #: A metadata row: ``(namespace, key, value, version, deleted, updated_at)``.
 _METADATA_COLUMNS = "namespace, key, value, version, deleted, updated_at"
 
@@ -251,6 +270,8 @@ class SQLiteMemory:
                 for statement in _MIGRATIONS[version].split(";"):
                     if statement.strip():
                         db.execute(statement)
+                if version == 1:
+                    _backfill_search(db)
                 version += 1
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             db.execute("COMMIT")
@@ -288,6 +309,7 @@ class SQLiteMemory:
         if not messages:
             return []
         given = [(m.role, m.kind, body_of(m), tokens_of(m, self._count)) for m in messages]
+        owns = [own_terms(m) for m in messages]
         # The copies handed back, built (and validated) before anything is written; the store
         # fills in their seq and epoch.
         out = [
@@ -320,6 +342,10 @@ class SQLiteMemory:
             db.execute(
                 "UPDATE sessions SET last_seq = ?, updated_at = ? WHERE session_id = ?",
                 (last_seq + len(given), now, session_id),
+            )
+            terms = with_context(owns, _previous_terms(db, session_id, last_seq + 1))
+            _index(
+                db, session_id, [(last_seq + i, t) for i, t in enumerate(terms, 1) if t is not None]
             )
             return epoch, last_seq
 
@@ -361,6 +387,57 @@ class SQLiteMemory:
             messages=_messages(rows),
             record=None if record is None else _entry(record),
         )
+
+    async def search(
+        self, session_id: str, query: str, *, role: str | None = None, limit: int = 10
+    ) -> list[SearchHit]:
+        check_limit(limit)
+        terms = query_terms(query)
+        if not terms or not limit:
+            return []
+        match = " OR ".join(f'"{t}"' for t in terms)
+
+        def job(db: sqlite3.Connection) -> list[_Row]:
+            key = _search_key(db, session_id, create=False)
+            if key is None:
+                return []
+            low = key << _SEQ_BITS
+            role_sql = " AND m.role = ?" if role is not None else ""
+            return db.execute(
+                f"SELECT {_PREFIXED_COLUMNS}, m.created_at, -s.rank FROM search s"
+                " JOIN messages m ON m.session_id = ? AND m.seq = s.rowid - ?"
+                f" WHERE s.search MATCH ? AND s.rowid BETWEEN ? AND ?{role_sql}"
+                " ORDER BY s.rank, m.seq DESC LIMIT ?",
+                (
+                    session_id,
+                    low,
+                    match,
+                    low,
+                    low | _SEQ_MASK,
+                    *((role,) if role is not None else ()),
+                    limit,
+                ),
+            ).fetchall()
+
+        rows = await self._call(job, write=False)
+        return [
+            SearchHit(message=message, score=row[-1], stored_at=to_datetime(row[-2]))
+            for message, row in zip(_messages(r[:-2] for r in rows), rows, strict=True)
+        ]
+
+    async def get_range(self, session_id: str, from_seq: int, to_seq: int) -> list[Message]:
+        def job(db: sqlite3.Connection) -> list[_Row]:
+            key = _search_key(db, session_id, create=False)
+            if key is None:
+                return []
+            return db.execute(
+                f"SELECT {_PREFIXED_COLUMNS} FROM messages m WHERE m.session_id = ?"
+                " AND m.seq BETWEEN ? AND ?"
+                " AND EXISTS (SELECT 1 FROM search s WHERE s.rowid = ? + m.seq) ORDER BY m.seq",
+                (session_id, from_seq, to_seq, key << _SEQ_BITS),
+            ).fetchall()
+
+        return _messages(await self._call(job, write=False))
 
     async def trim_history(
         self,
@@ -516,6 +593,7 @@ class SQLiteMemory:
                     " WHERE session_id = ? AND archived IS NULL",
                     (now, session_id),
                 )
+                _unindex(db, session_id, None)
             if types is None:
                 rows = db.execute(
                     "SELECT namespace FROM metadata WHERE key = ? ORDER BY namespace",
@@ -545,12 +623,15 @@ class SQLiteMemory:
             )
             found = [seq for (seq,) in rows]
             _archive(db, session_id, found, "deleted", time.time())
+            _unindex(db, session_id, found)
             return found
 
         return await self._call(job, write=True)
 
     async def forget(self, session_id: str) -> None:
         def job(db: sqlite3.Connection) -> None:
+            _unindex(db, session_id, None)
+            db.execute("DELETE FROM search_sessions WHERE session_id = ?", (session_id,))
             db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
             db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
             db.execute("DELETE FROM metadata WHERE key = ?", (session_id,))
@@ -678,6 +759,81 @@ def _message_rows(
         )
         params.append(limit)
     return db.execute(sql, params).fetchall()
+
+
+def _previous_terms(db: sqlite3.Connection, session_id: str, first_seq: int) -> list[str] | None:
+    """The own terms of the searchable message that messages from ``first_seq`` on follow (at
+    most ``CONTEXT_SPAN`` seqs back), if any."""
+    key = _search_key(db, session_id, create=False)
+    if key is None or first_seq <= 1:
+        return None
+    low = key << _SEQ_BITS
+    rowid = _scalar(
+        db,
+        "SELECT rowid FROM search WHERE rowid BETWEEN ? AND ? ORDER BY rowid DESC LIMIT 1",
+        (low | max(1, first_seq - CONTEXT_SPAN), low | (first_seq - 1)),
+    )
+    if rowid is None:
+        return None
+    row = _one(
+        db,
+        f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq = ?",
+        (session_id, int(rowid) & _SEQ_MASK),
+    )
+    return None if row is None else own_terms(_messages([row])[0])
+
+
+def _search_key(db: sqlite3.Connection, session_id: str, *, create: bool) -> int | None:
+    """The session's key in the search index (``None``: it has none and ``create`` is off)."""
+    key = _scalar(db, "SELECT id FROM search_sessions WHERE session_id = ?", (session_id,))
+    if key is None and create:
+        key = db.execute(
+            "INSERT INTO search_sessions (session_id) VALUES (?)", (session_id,)
+        ).lastrowid
+    return None if key is None else int(key)
+
+
+def _index(db: sqlite3.Connection, session_id: str, docs: Sequence[tuple[int, Indexed]]) -> None:
+    """Add ``(seq, (own terms, lent terms))`` entries to the search index (the lent terms in
+    a column of their own, weighted ``CONTEXT_WEIGHT`` by the table's ``rank``)."""
+    if not docs:
+        return
+    key = _search_key(db, session_id, create=True)
+    assert key is not None
+    db.executemany(
+        "INSERT INTO search (rowid, terms, context) VALUES (?, ?, ?)",
+        [((key << _SEQ_BITS) | seq, " ".join(own), " ".join(ctx)) for seq, (own, ctx) in docs],
+    )
+
+
+def _unindex(db: sqlite3.Connection, session_id: str, seqs: Sequence[int] | None) -> None:
+    """Remove the session's entries (``seqs`` ``None``: all of them) from the search index."""
+    key = _search_key(db, session_id, create=False)
+    if key is None:
+        return
+    low = key << _SEQ_BITS
+    if seqs is None:
+        db.execute("DELETE FROM search WHERE rowid BETWEEN ? AND ?", (low, low | _SEQ_MASK))
+    else:
+        db.executemany("DELETE FROM search WHERE rowid = ?", [(low | seq,) for seq in seqs])
+
+
+def _backfill_search(db: sqlite3.Connection) -> None:
+    """Migration 1 -> 2: index what a search may find of the stored messages (the current
+    epoch's, not cleared or deleted; what an earlier clear left archived is not brought back)."""
+    rows = db.execute(
+        f"SELECT m.session_id, {_PREFIXED_COLUMNS} FROM messages m"
+        " JOIN sessions s ON s.session_id = m.session_id AND s.epoch = m.epoch"
+        " WHERE m.kind = 'message' AND (m.archived IS NULL OR m.archived NOT IN"
+        " ('cleared', 'deleted')) ORDER BY m.session_id, m.seq"
+    ).fetchall()
+    by_session: dict[str, list[Message]] = {}
+    for session_id, *row in rows:
+        by_session.setdefault(session_id, []).extend(_messages([tuple(row)]))
+    for session_id, messages in by_session.items():
+        terms = with_context([own_terms(m) for m in messages], None)
+        docs = [(m.seq or 0, t) for m, t in zip(messages, terms, strict=True) if t is not None]
+        _index(db, session_id, docs)
 
 
 # -- decoding (on the event loop, after the transaction) ----------------------------------------

@@ -1,0 +1,442 @@
+"""Recall: how well and how fast the memory backends' search finds archived messages.
+
+1. LoCoMo retrieval. Every dev conversation is stored in one session of each backend (all but
+   the newest 20 messages archived, as after compressions); each QA question, as written, is the
+   query over the whole conversation. Reported: the share of questions with an evidence turn
+   among the top 5 and top 10 results (questions without evidence left out).
+2. Latency at scale. One session holds N generated messages (seeded: sentences drawn from a
+   50,000-word vocabulary with a Zipf-like frequency, plus identifiers), all archived; queries
+   are 3-5 words taken from a random stored message. Reported per backend and size: search
+   p50/p99 (top 10), appending one message p50/p99 (the index update included), the bulk-load
+   rate, and the index size.
+
+    python bench/recall.py [--data DIR] [--quick] [--out DIR] [--sizes 10000,1000000]
+        [--backends memory,sqlite,postgres,redis] [--scale-backends sqlite,postgres]
+
+PostgreSQL and Redis use ``MEMORY_SUMMARY_PG_URL`` / ``MEMORY_SUMMARY_REDIS_URL`` (defaults: the
+local servers), a schema / key prefix of their own, removed afterwards. A backend whose server is
+unreachable is reported as skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import sqlite3
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (  # noqa: E402
+    Table,
+    mean,
+    out_dir,
+    parser,
+    percentile,
+    print_versions,
+    progress,
+    require_data,
+    versions,
+    write_results,
+)
+
+from host_stub.datasets import load_locomo  # noqa: E402
+from host_stub.memory import open_memory  # noqa: E402
+from host_stub.messages import Message  # noqa: E402
+from host_stub.services import MemoryService  # noqa: E402
+
+PG_URL = os.environ.get("MEMORY_SUMMARY_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("MEMORY_SUMMARY_REDIS_URL", "redis://127.0.0.1:6379/0")
+ALL_BACKENDS = ("memory", "sqlite", "postgres", "redis")
+KEEP_ACTIVE = 20
+APPEND_SAMPLES = 200
+
+
+def count(message: Message) -> int:
+    """Token counts are not what is measured here: a cheap stand-in."""
+    return len(str(message.content)) // 4 + 1
+
+
+# -- stores -----------------------------------------------------------------------------------
+
+
+class Store:
+    """A fresh store of one backend, and what removes it afterwards."""
+
+    def __init__(self, backend: str, tmp: Path) -> None:
+        self.backend = backend
+        self.tag = f"bench_recall_{uuid.uuid4().hex[:10]}"
+        if backend == "memory":
+            self.url = "memory://"
+        elif backend == "sqlite":
+            self.path = tmp / f"{self.tag}.db"
+            self.url = f"sqlite:///{self.path}"
+        elif backend == "postgres":
+            self.url = f"{PG_URL}{'&' if '?' in PG_URL else '?'}schema={self.tag}"
+        else:
+            self.url = f"{REDIS_URL}?prefix={self.tag}:"
+        self.memory: MemoryService = open_memory(self.url, count)
+
+    async def index_size(self) -> int | None:
+        """Bytes the search index takes (``None``: not measured for this backend)."""
+        if self.backend == "sqlite":
+            await self.memory.close()
+            with sqlite3.connect(self.path) as db:
+                try:
+                    rows = db.execute(
+                        "SELECT SUM(pgsize) FROM dbstat WHERE name LIKE 'search%'"
+                    ).fetchone()
+                    return int(rows[0] or 0)
+                except sqlite3.OperationalError:
+                    return None
+        if self.backend == "postgres":
+            import asyncpg
+
+            conn = await asyncpg.connect(PG_URL)
+            try:
+                gin = await conn.fetchval(
+                    f"SELECT pg_relation_size('\"{self.tag}\".messages_search')"
+                )
+                column = await conn.fetchval(
+                    f'SELECT sum(pg_column_size(search)) FROM "{self.tag}".messages'
+                )
+                return int(gin) + int(column or 0)
+            finally:
+                await conn.close()
+        if self.backend == "redis":
+            import redis.asyncio as aioredis
+
+            client = aioredis.Redis.from_url(REDIS_URL)
+            total = 0
+            try:
+                for kind in ("xd", "xf", "xp"):
+                    async for key in client.scan_iter(match=f"{self.tag}:{kind}:*", count=1000):
+                        total += await client.memory_usage(key) or 0
+            finally:
+                await client.aclose()
+            return total
+        return None
+
+    async def drop(self) -> None:
+        try:
+            await self.memory.close()
+        except Exception:
+            pass
+        if self.backend == "postgres":
+            import asyncpg
+
+            conn = await asyncpg.connect(PG_URL)
+            try:
+                await conn.execute(f'DROP SCHEMA IF EXISTS "{self.tag}" CASCADE')
+            finally:
+                await conn.close()
+        elif self.backend == "redis":
+            import redis.asyncio as aioredis
+
+            client = aioredis.Redis.from_url(REDIS_URL)
+            try:
+                keys = [k async for k in client.scan_iter(match=f"{self.tag}:*", count=1000)]
+                for i in range(0, len(keys), 1000):
+                    await client.delete(*keys[i : i + 1000])
+            finally:
+                await client.aclose()
+
+
+async def reachable(backend: str, tmp: Path) -> str | None:
+    """Why ``backend`` cannot be measured, or ``None``."""
+    store = Store(backend, tmp)
+    try:
+        await store.memory.get_epoch("probe")
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        await store.drop()
+    return None
+
+
+# -- 1. LoCoMo retrieval ------------------------------------------------------------------------
+
+
+def evidence_seqs(evidence: list[str], index: dict[str, int]) -> set[int]:
+    """The seqs of a QA's evidence turns (one session per conversation, seq = index + 1)."""
+    ids = [part.strip() for item in evidence for part in str(item).split(";")]
+    return {index[i] + 1 for i in ids if i in index}
+
+
+async def locomo_retrieval(
+    backend: str, data: Path, tmp: Path, conversations: int | None = None
+) -> dict[str, Any]:
+    found5 = found10 = asked = 0
+    by_category: dict[int, list[int]] = {}
+    latencies: list[float] = []
+    for conversation in load_locomo(data)[:conversations]:
+        store = Store(backend, tmp)
+        try:
+            session = conversation.name
+            messages = conversation.messages
+            for i in range(0, len(messages), 200):
+                await store.memory.append(session, messages[i : i + 200])
+            await store.memory.trim_history(session, keep_recent=KEEP_ACTIVE)
+            for qa in conversation.qa:
+                wanted = evidence_seqs(qa.get("evidence", []), conversation.turn_index)
+                if not wanted:
+                    continue
+                start = time.perf_counter()
+                hits = await store.memory.search(session, str(qa["question"]), limit=10)
+                latencies.append(time.perf_counter() - start)
+                seqs = [h.message.seq for h in hits]
+                in5 = bool(wanted & set(seqs[:5]))
+                in10 = bool(wanted & set(seqs))
+                asked += 1
+                found5 += in5
+                found10 += in10
+                category = by_category.setdefault(int(qa.get("category", 0)), [0, 0, 0])
+                category[0] += 1
+                category[1] += in5
+                category[2] += in10
+        finally:
+            await store.drop()
+    return {
+        "questions": asked,
+        "top5": found5 / asked,
+        "top10": found10 / asked,
+        "p50_ms": percentile(latencies, 50) * 1e3,
+        "p99_ms": percentile(latencies, 99) * 1e3,
+        "by_category": by_category,
+    }
+
+
+# -- 2. latency at scale ---------------------------------------------------------------------------
+
+_SYLLABLES = [c + v for c in "bcdfghjklmnprstvwz" for v in ("a", "e", "i", "o", "u", "ai", "ou")]
+
+
+def vocabulary(rng: random.Random, size: int) -> list[str]:
+    words: set[str] = set()
+    while len(words) < size:
+        words.add("".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 4))))
+    return sorted(words)
+
+
+class Generator:
+    """Seeded messages: 8-40 words with a Zipf-like frequency (weight 1 / (rank + 50)), and now
+    and then an identifier."""
+
+    def __init__(self, seed: int = 7, size: int = 50_000) -> None:
+        self.rng = random.Random(seed)
+        self.words = vocabulary(self.rng, size)
+        weights = [1 / (rank + 50) for rank in range(size)]
+        total = sum(weights)
+        cumulative, acc = [], 0.0
+        for w in weights:
+            acc += w / total
+            cumulative.append(acc)
+        self.cumulative = cumulative
+
+    def message(self, i: int) -> Message:
+        n = self.rng.randint(8, 40)
+        words = self.rng.choices(self.words, cum_weights=self.cumulative, k=n)
+        if self.rng.random() < 0.1:
+            words.append(f"REF-{self.rng.randint(10000, 99999)}")
+        role = "user" if i % 2 == 0 else "assistant"
+        return Message(role=role, content=" ".join(words).capitalize() + ".")
+
+    def query(self, message: Message) -> str:
+        words = str(message.content).rstrip(".").split()
+        return " ".join(self.rng.sample(words, min(len(words), self.rng.randint(3, 5))))
+
+
+async def scale(
+    backend: str, size: int, tmp: Path, queries: int, batch: int = 1000
+) -> dict[str, Any]:
+    store = Store(backend, tmp)
+    generator = Generator()
+    session = "big"
+    samples: list[Message] = []
+    try:
+        started = time.perf_counter()
+        for i in range(0, size - APPEND_SAMPLES, batch):
+            chunk = [generator.message(j) for j in range(i, min(i + batch, size - APPEND_SAMPLES))]
+            await store.memory.append(session, chunk)
+            if len(samples) < queries and generator.rng.random() < 0.5:
+                samples.append(generator.rng.choice(chunk))
+            if i and i % (batch * 100) == 0:
+                progress(f"  {backend}: {i:,} of {size:,} messages stored")
+        load_s = time.perf_counter() - started
+        loaded = size - APPEND_SAMPLES
+        appends: list[float] = []
+        for j in range(APPEND_SAMPLES):
+            message = generator.message(loaded + j)
+            start = time.perf_counter()
+            await store.memory.append(session, [message])
+            appends.append(time.perf_counter() - start)
+        await store.memory.trim_history(session, keep_recent=0)
+        texts = [generator.query(m) for m in samples[:queries]]
+        while len(texts) < queries:
+            texts.append(generator.query(generator.message(0)))
+        for text in texts[:20]:  # warm-up: caches, the prepared statements
+            await store.memory.search(session, text, limit=10)
+        latencies: list[float] = []
+        empty = 0
+        for text in texts:
+            start = time.perf_counter()
+            hits = await store.memory.search(session, text, limit=10)
+            latencies.append(time.perf_counter() - start)
+            empty += not hits
+        index_bytes = await store.index_size()
+    finally:
+        await store.drop()
+    return {
+        "size": size,
+        "search_p50_ms": percentile(latencies, 50) * 1e3,
+        "search_p99_ms": percentile(latencies, 99) * 1e3,
+        "search_mean_ms": mean(latencies) * 1e3,
+        "queries": len(latencies),
+        "no_result": empty,
+        "append_p50_ms": percentile(appends, 50) * 1e3,
+        "append_p99_ms": percentile(appends, 99) * 1e3,
+        "load_per_s": loaded / load_s,
+        "index_mb": None if index_bytes is None else index_bytes / 1e6,
+    }
+
+
+# -- main ----------------------------------------------------------------------------------------
+
+
+def _list(text: str, allowed: tuple[str, ...]) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in items if t not in allowed]
+    if bad:
+        raise SystemExit(f"unknown backend {bad[0]!r} (expected {', '.join(allowed)})")
+    return items
+
+
+async def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument(
+        "--sizes", default="10000", help="archived messages per scale run, e.g. 10000,1000000"
+    )
+    p.add_argument("--backends", default=",".join(ALL_BACKENDS), help="backends for LoCoMo")
+    p.add_argument(
+        "--scale-backends", default="sqlite,postgres", help="backends for the scale runs"
+    )
+    p.add_argument("--queries", type=int, default=500, help="timed searches per scale run")
+    p.add_argument("--name", default="recall", help="results file name (default recall)")
+    args = p.parse_args()
+    out = out_dir(args.out)
+    backends = _list(args.backends, ALL_BACKENDS)
+    data = require_data(args.data, "locomo/locomo_dev.json") if backends else Path()
+    scale_backends = _list(args.scale_backends, ALL_BACKENDS)
+    sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
+    queries = args.queries
+    if args.quick:  # one LoCoMo conversation, 2,000 messages
+        sizes, queries = [2000], 50
+    v = versions(extra=("asyncpg", "redis"))
+    print_versions(v)
+    started = time.perf_counter()
+    notes: list[str] = []
+    extra: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        usable: dict[str, str | None] = {}
+        for backend in dict.fromkeys([*backends, *scale_backends]):
+            usable[backend] = await reachable(backend, tmp)
+            if usable[backend]:
+                notes.append(f"{backend} skipped: {usable[backend]}")
+
+        retrieval = Table(
+            "LoCoMo: each QA question as the query over its whole conversation",
+            ["backend", "questions", "evidence in top 5", "evidence in top 10", "p50 ms", "p99 ms"],
+        )
+        for backend in backends:
+            if usable[backend]:
+                continue
+            progress(f"LoCoMo retrieval on {backend}")
+            r = await locomo_retrieval(backend, data, tmp, 1 if args.quick else None)
+            extra[f"locomo_{backend}"] = r
+            retrieval.add(
+                backend,
+                r["questions"],
+                f"{r['top5']:.1%}",
+                f"{r['top10']:.1%}",
+                round(r["p50_ms"], 2),
+                round(r["p99_ms"], 2),
+            )
+        categories = Table(
+            "LoCoMo by question category (SQLite)",
+            ["category", "questions", "evidence in top 5", "evidence in top 10"],
+        )
+        by_cat = extra.get("locomo_sqlite", {}).get("by_category", {})
+        for category in sorted(by_cat):
+            n, in5, in10 = by_cat[category]
+            categories.add(category, n, f"{in5 / n:.1%}", f"{in10 / n:.1%}")
+
+        latency = Table(
+            "Latency at scale: one session, all messages archived, top-10 searches",
+            [
+                "backend",
+                "messages",
+                "search p50 ms",
+                "search p99 ms",
+                "append p50 ms",
+                "append p99 ms",
+                "bulk load msgs/s",
+                "index MB",
+                "queries (no result)",
+            ],
+        )
+        for size in sizes:
+            for backend in scale_backends:
+                if usable[backend]:
+                    continue
+                progress(f"scale: {size:,} messages on {backend}")
+                r = await scale(backend, size, tmp, queries)
+                extra[f"scale_{backend}_{size}"] = r
+                latency.add(
+                    backend,
+                    size,
+                    round(r["search_p50_ms"], 2),
+                    round(r["search_p99_ms"], 2),
+                    round(r["append_p50_ms"], 2),
+                    round(r["append_p99_ms"], 2),
+                    round(r["load_per_s"]),
+                    "-" if r["index_mb"] is None else round(r["index_mb"], 1),
+                    f"{r['queries']} ({r['no_result']})",
+                )
+    notes += [
+        "Retrieval: a question counts when any of its evidence turns is among the results; the "
+        "query is the question as written (any word matches, BM25-style ranking; no tuning to "
+        "this data set).",
+        "Scale: generated text (seeded), 3-5 words of a stored message as the query; append = one "
+        "message per call, its search index update included; bulk load = 1,000 messages per "
+        "append call; index size: SQLite the FTS5 tables (dbstat), PostgreSQL the GIN index plus "
+        "the tsvector column, Redis the memory of the index keys.",
+    ]
+    tables = [retrieval, categories, latency] if categories.rows else [retrieval, latency]
+    write_results(
+        args.name,
+        "Recall: search over archived messages",
+        [t for t in tables if t.rows] or [latency],
+        out=out,
+        versions_used=v,
+        settings={
+            "sizes": ",".join(str(s) for s in sizes),
+            "backends": ",".join(backends),
+            "scale backends": ",".join(scale_backends),
+            "queries": queries,
+            "quick": args.quick,
+        },
+        runtime_s=time.perf_counter() - started,
+        notes=notes,
+        extra=extra,
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

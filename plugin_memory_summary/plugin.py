@@ -20,6 +20,7 @@ from host_stub.messages import Message, text_of
 from host_stub.services import (
     SUMMARY_NAMESPACE,
     HostProtocol,
+    LeaseLost,
     LeaseToken,
     LLMService,
     MemoryService,
@@ -41,6 +42,7 @@ from .decisions import (
     turn_triggered,
 )
 from .hygiene import framing_overhead, wrap_summary_block
+from .lease import KeptLease, warm_up
 from .payload import SummaryPayload, render_payload
 from .record import SummaryRecord, dump_record, read_record
 from .redact import Redactor
@@ -62,6 +64,8 @@ COUNT_MEMO_SIZE = 256
 
 #: The ``skipped`` reason when another run holds the session's compression lease.
 LEASE_BUSY = "another run (in this or another process) holds the session's lease"
+#: The ``skipped`` reason when a newer holder took the lease during the run (its writes refused).
+LEASE_LOST = "the session's lease was taken over during the run; its writes were refused"
 _LOST_RACE = "lost-race"
 
 
@@ -564,47 +568,48 @@ class MemorySummaryPlugin:
         is taken before the lease and given back once the summarizer is done."""
         assert self.memory is not None
         await self._tail_done(session_id)  # this process's previous run gave its lease back
-        lease = await self.memory.acquire_lease(
-            f"{PLUGIN_NAME}:{session_id}", self.config.lease_ttl_s
-        )
-        while lease is None and deadline is not None and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-            lease = await self.memory.acquire_lease(
-                f"{PLUGIN_NAME}:{session_id}", self.config.lease_ttl_s
-            )
-        if lease is None:
-            return {
-                "status": "skipped",
-                "reason": LEASE_BUSY,
-                "stats": {},
-            }
-        # A run never outlives its lease: past 80% of it, the rules engine finishes the run
-        # (as past a hard deadline), so another process cannot take over a live compression.
-        lease_end = time.monotonic() + 0.8 * self.config.lease_ttl_s
-        deadline = lease_end if deadline is None else min(deadline, lease_end)
-        markers: list[Message] = []
-        try:
-            for _ in range(3):
-                result = await self._compress_once(
-                    session_id, reason, deadline, snapshot, markers, slot
-                )
-                if result["status"] != _LOST_RACE:
-                    return result
-                snapshot = None  # lost the race: read afresh
-            return {
-                "status": "skipped",
-                "reason": "lost the commit race three times",
-                "stats": {},
-            }
-        finally:
-            # The marker and the lease's release follow the result: a blocking request returns
-            # as soon as the commit is in; the others wait for them too.
-            tail = self._spawn(self._after_run(session_id, lease, markers))
-            self._tails[session_id] = tail
-            tail.add_done_callback(lambda t, s=session_id: self._forget(self._tails, s, t))
-            if reason != "hard":
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(tail)
+        await warm_up(self.llm, self._summary_model())  # slow first imports: before the lease
+        # Renewed while the run lives (a crashed holder's lease runs out after lease_ttl_s);
+        # released by the run's tail, after its marker.
+        async with KeptLease(
+            self.memory,
+            f"{PLUGIN_NAME}:{session_id}",
+            self.config.lease_ttl_s,
+            deadline=deadline,
+            release=False,
+        ) as kept:
+            lease = kept.lease
+            if lease is None:
+                return {
+                    "status": "skipped",
+                    "reason": LEASE_BUSY,
+                    "stats": {},
+                }
+            markers: list[Message] = []
+            try:
+                for _ in range(3):
+                    result = await self._compress_once(
+                        session_id, reason, deadline, snapshot, markers, slot, lease
+                    )
+                    if result["status"] != _LOST_RACE:
+                        return result
+                    snapshot = None  # lost the race: read afresh
+                return {
+                    "status": "skipped",
+                    "reason": "lost the commit race three times",
+                    "stats": {},
+                }
+            except LeaseLost:
+                return {"status": "skipped", "reason": LEASE_LOST, "stats": {}}
+            finally:
+                # The marker and the lease's release follow the result: a blocking request
+                # returns as soon as the commit is in; the others wait for them too.
+                tail = self._spawn(self._after_run(session_id, lease, markers))
+                self._tails[session_id] = tail
+                tail.add_done_callback(lambda t, s=session_id: self._forget(self._tails, s, t))
+                if reason != "hard":
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(tail)
 
     async def _after_run(self, session_id: str, lease: LeaseToken, markers: list[Message]) -> None:
         """A run's last writes, under its lease: its event marker, then the lease's release."""
@@ -787,6 +792,7 @@ class MemorySummaryPlugin:
         snapshot: Snapshot | None,
         markers: list[Message],
         slot: SummarizerSlot | None = None,
+        lease: LeaseToken | None = None,
     ) -> dict[str, Any]:
         """One attempt; the event marker of a committed run goes to ``markers`` (written after
         the result, see ``_after_run``). ``slot`` is held while the summarizer works and given
@@ -823,7 +829,7 @@ class MemorySummaryPlugin:
         }
         if cfg.strategy == "window":
             archived = await self.memory.trim_history(
-                session_id, up_to_seq=covered, reason="window"
+                session_id, up_to_seq=covered, reason="window", lease=lease
             )
             stats.update(messages_archived=len(archived), fallback=None)
             return await self._finish(
@@ -867,7 +873,7 @@ class MemorySummaryPlugin:
         why = "; ".join(outcome.errors + outcome.notes) or reason
         if outcome.batches_done == 0:
             archived = await self.memory.trim_history(
-                session_id, up_to_seq=covered, reason="fallback-trim"
+                session_id, up_to_seq=covered, reason="fallback-trim", lease=lease
             )
             stats.update(messages_archived=len(archived))
             return await self._finish(
@@ -904,6 +910,7 @@ class MemorySummaryPlugin:
             expected_version=snap.record.version if snap.record else 0,
             archive_through_seq=covered_now,
             epoch=snap.epoch,
+            lease=lease,
         )
         if not won:
             if await self.memory.get_epoch(session_id) != snap.epoch:
@@ -919,7 +926,9 @@ class MemorySummaryPlugin:
             session_id, (snap.record.version if snap.record else 0) + 1, new, window
         )
         if covered_now < covered:  # trim fallback stopped early: the rest is only archived
-            await self.memory.trim_history(session_id, up_to_seq=covered, reason="fallback-trim")
+            await self.memory.trim_history(
+                session_id, up_to_seq=covered, reason="fallback-trim", lease=lease
+            )
         summary_tokens = self._count(text)
         stats.update(
             messages_summarized=len(summarized),

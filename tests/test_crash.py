@@ -202,6 +202,7 @@ async def _turns_resume(db: Path, round_: int) -> tuple[int, float]:
         await h.host.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", procs.SESSION_POINTS)
 def test_kill_during_a_turn_triggered_compression_then_turns_resume_it(
     point: str, tmp_path: Path
@@ -245,6 +246,7 @@ def test_kill_during_a_turn_triggered_compression_then_turns_resume_it(
     print(f"{point} (turn-triggered): {KILLS} kills; turns and seconds to resume: {resumed}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", procs.SESSION_POINTS)
 def test_kill_at_point_then_restart_keeps_invariants_and_resumes(
     point: str, tmp_path: Path

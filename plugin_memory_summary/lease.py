@@ -118,7 +118,9 @@ class KeptLease:
                 log.warning("could not renew lease %s", self.name, exc_info=True)
                 continue
             if renewed is None:
-                log.warning("lease %s was lost (expired and taken over, or released)", self.name)
+                # Expired and maybe taken over (the run's fenced writes will be refused and say
+                # so), or released by the caller's own tail (``release=False``): no alarm here.
+                log.debug("lease %s is gone (expired, taken over or released)", self.name)
                 self.lost = True
                 return
             self.lease = renewed

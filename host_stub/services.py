@@ -21,6 +21,7 @@ __all__ = [
     "Completion",
     "LLMService",
     "LLMUsage",
+    "LeaseLost",
     "LeaseToken",
     "MemoryService",
     "MessageArchiveService",
@@ -95,11 +96,25 @@ class SearchHit(BaseModel):
 
 
 class LeaseToken(BaseModel):
+    """A held lease. ``fence`` is its fencing token: every acquisition of a name returns a larger
+    one than all earlier acquisitions of that name in the store (released or expired ones
+    included), so a write made under the lease can be refused once a newer holder took it."""
+
     model_config = ConfigDict(frozen=True, defer_build=True)
 
     name: str
     token: str
     expires_at: float
+    fence: int = 0
+
+
+class LeaseLost(RuntimeError):
+    """A write made under a lease was refused: a newer holder took the lease (its fencing token
+    is larger). Nothing was written."""
+
+    def __init__(self, lease: LeaseToken) -> None:
+        super().__init__(f"lease {lease.name!r} (fence {lease.fence}) was taken by a newer holder")
+        self.lease = lease
 
 
 @runtime_checkable
@@ -143,10 +158,14 @@ class MemoryService(Protocol):
         keep_recent: int | None = None,
         up_to_seq: int | None = None,
         reason: ArchiveReason = "window",
+        *,
+        lease: LeaseToken | None = None,
     ) -> list[int]:
         """Archive all active messages but the newest ``keep_recent`` (event markers and system
         messages do not count) or everything with ``seq <= up_to_seq``; return the archived seqs.
-        System messages are core memory: never archived here. Aalis: trimHistory."""
+        System messages are core memory: never archived here. With ``lease``, raise
+        :class:`LeaseLost` and change nothing if a newer holder took that lease. Aalis:
+        trimHistory."""
         ...
 
     async def commit_compression(
@@ -158,12 +177,14 @@ class MemoryService(Protocol):
         *,
         epoch: int,
         namespace: str = SUMMARY_NAMESPACE,
+        lease: LeaseToken | None = None,
     ) -> bool:
         """Atomically: if the record ``(namespace, session_id)`` is still at ``expected_version``
         (0 = never written) and the session is still at ``epoch``, write ``record`` and archive
         every active message with ``seq <= archive_through_seq`` as ``summarized`` (system
         messages excepted: they are core memory). Return whether it won; a lost race changes
-        nothing."""
+        nothing. With ``lease`` (the one the run holds), raise :class:`LeaseLost` and change
+        nothing if a newer holder took that lease (its fencing token is no longer the latest)."""
         ...
 
     async def get_metadata(self, namespace: str, key: str) -> MetadataEntry | None:
@@ -191,7 +212,15 @@ class MemoryService(Protocol):
         ...
 
     async def acquire_lease(self, name: str, ttl_s: float) -> LeaseToken | None:
-        """Take the named lease for ``ttl_s`` seconds unless someone holds an unexpired one."""
+        """Take the named lease for ``ttl_s`` seconds unless someone holds an unexpired one; the
+        token carries a fencing token larger than every earlier acquisition's of ``name``."""
+        ...
+
+    async def renew_lease(self, lease: LeaseToken, ttl_s: float) -> LeaseToken | None:
+        """Extend a lease that is still ours and unexpired to ``ttl_s`` seconds from now; return
+        it with its new expiry (same token and fence), or ``None`` if it expired, was released
+        or was taken over. A live holder renews well before expiry (a heartbeat), so a crashed
+        holder's lease runs out after one ``ttl_s``."""
         ...
 
     async def release_lease(self, lease: LeaseToken) -> bool:

@@ -185,10 +185,15 @@ class MemorySummaryConfig(BaseModel):
         description="At shutdown, background compressions get this long to finish before they are cancelled.",
     )
     lease_ttl_s: float = Field(
-        default=120.0,
+        default=6.0,
         gt=0,
         le=86_400,
-        description="Expiry of the cross-process compression lease.",
+        description=(
+            "Expiry of the cross-process compression lease unless renewed: a live run renews it "
+            "every third of this, however long it takes, so a crashed process's lease is taken "
+            "over within this many seconds, and a run that stalls longer loses the lease and its "
+            "commit is refused."
+        ),
     )
     redact_patterns: list[str] = Field(
         default_factory=list,

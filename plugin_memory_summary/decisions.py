@@ -309,10 +309,10 @@ def plan_compression(
     ``messages`` is the active history (system messages are core memory, markers are ignored);
     ``mark`` the watermark that fired (``None`` for a turn or a manual request), ``aim`` a lower
     mark that fired with it (see :func:`plan_watermark`) and ``breakdown`` the host's usage
-    breakdown at that moment (empty = unknown). Without a mark, and with neither
-    ``keep_recent`` nor ``keep_recent_tokens`` set, the kept window is what fits under
-    ``fill_target`` of the window next to the summary at its full budget (see
-    :func:`fill_keep_tokens`)."""
+    breakdown at that moment (empty = unknown). With neither ``keep_recent`` nor
+    ``keep_recent_tokens`` set, a ``manual`` request keeps only the newest exchange (the newest
+    user message onwards) and a turn-triggered one what fits under ``fill_target`` of the window
+    next to the summary at its full budget (see :func:`fill_keep_tokens`)."""
     conv = conversation_messages(messages)
     if reason == "turn" and (threshold is None or len(conv) < threshold):
         return CompressionPlan(skip=f"{len(conv)} messages, below threshold {threshold}")
@@ -323,7 +323,10 @@ def plan_compression(
     use_marks = bool(mark) and bool(breakdown)
     core = sum(m.tokens or 0 for m in messages if m.role == "system" and m.kind == "message")
     fixed = fixed_tokens(breakdown) + core
-    if not use_marks and keep_tokens is None and keep_recent is None:
+    if reason == "manual" and keep_tokens is None and keep_recent is None:
+        # Asked for by a person or an API call: everything but the newest exchange.
+        keep_tokens = 0
+    elif not use_marks and keep_tokens is None and keep_recent is None:
         keep_tokens = fill_keep_tokens(
             context_window=context_window,
             fill_target=0.5 if fill_target is None else fill_target,

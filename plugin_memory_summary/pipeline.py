@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from host_stub.messages import Message, text_of
 from host_stub.services import (
     HostProtocol,
+    LeaseToken,
     LLMService,
     MemoryService,
     MessageArchiveService,
@@ -57,6 +58,8 @@ class _Run:
     old_summary_tokens: int = 0
     lang: str = "en"
     stats: dict[str, Any] = field(default_factory=dict)
+    #: The session's lease the run holds: its writes are refused once a newer holder took it.
+    lease: LeaseToken | None = None
 
     @property
     def batches(self) -> list[list[Message]]:
@@ -177,6 +180,7 @@ class Pipeline:
         snapshot: Snapshot | None,
         markers: list[Message],
         slot: SummarizerSlot | None = None,
+        lease: LeaseToken | None = None,
     ) -> Result:
         """One attempt; the event marker of a committed run goes to ``markers`` (written after
         the result by the scheduler). ``slot`` is held while the summarizer works and given
@@ -187,6 +191,7 @@ class Pipeline:
         run = self._plan_run(session_id, reason, snap, started)
         if not isinstance(run, _Run):
             return run
+        run.lease = lease
         if self.config.strategy == "window":
             return await self._trim(run, "window", "done", "window")
         outcome = await self._summarize(run, deadline, slot)
@@ -293,12 +298,13 @@ class Pipeline:
             expected_version=run.expected_version,
             archive_through_seq=new.covered_up_to_seq,
             epoch=run.snap.epoch,
+            lease=run.lease,
         )
         if won:
             if new.covered_up_to_seq < run.covered:
                 # The fallback stopped early: the rest of the plan is only archived.
                 await self.memory.trim_history(
-                    run.session_id, up_to_seq=run.covered, reason="fallback-trim"
+                    run.session_id, up_to_seq=run.covered, reason="fallback-trim", lease=run.lease
                 )
             return None
         if await self.memory.get_epoch(run.session_id) != run.snap.epoch:
@@ -359,7 +365,7 @@ class Pipeline:
         """The ``window`` strategy, or a fallback with no batch summarized: archive the plan's
         messages, no summary."""
         archived = await self.memory.trim_history(
-            run.session_id, up_to_seq=run.covered, reason=archive_reason
+            run.session_id, up_to_seq=run.covered, reason=archive_reason, lease=run.lease
         )
         run.stats.update(messages_archived=len(archived))
         tokens_after = run.stats["tokens_before"] - run.plan.archived_tokens

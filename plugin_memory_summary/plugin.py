@@ -27,11 +27,12 @@ from host_stub.services import (
 from .config import MemorySummaryConfig
 from .context import MemoryContext, memory_context
 from .decisions import hard_triggered, soft_triggered, turn_triggered
+from .lease import warm_up
 from .maintenance import mark_stale, rebuild, update_record
 from .pipeline import Pipeline
 from .record import SummaryRecord, read_record, with_pinned, with_text, without_pinned
 from .redact import Redactor
-from .scheduler import LEASE_BUSY, Result, Scheduler, result
+from .scheduler import LEASE_BUSY, LEASE_LOST, Result, Scheduler, result
 from .state import MAX_TRACKED_SESSIONS, SessionTable
 from .tokens import TokenBook
 from .watermark import compress_before_call
@@ -41,6 +42,7 @@ from .watermark import compress_before_call
 
 __all__ = [
     "LEASE_BUSY",
+    "LEASE_LOST",
     "MAX_TRACKED_SESSIONS",
     "PLUGIN_NAME",
     "MemoryContext",
@@ -131,8 +133,15 @@ class MemorySummaryPlugin:
             redactor=self.redactor,
             name=PLUGIN_NAME,
         )
+        tokens = self._tokens
         self._scheduler = Scheduler(
-            config, memory, message_archive, self._pipeline.compress_once, self._emit, PLUGIN_NAME
+            config,
+            memory,
+            message_archive,
+            self._pipeline.compress_once,
+            self._emit,
+            PLUGIN_NAME,
+            warm=lambda: warm_up(llm, tokens.summary_model()),
         )
         for name, receiver in (
             (signals.AGENT_TURN_AFTER, self._on_turn_after),

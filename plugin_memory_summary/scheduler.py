@@ -18,12 +18,20 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from host_stub.messages import Message
-from host_stub.services import LeaseToken, MemoryService, MessageArchiveService, Snapshot
+from host_stub.services import (
+    LeaseLost,
+    LeaseToken,
+    MemoryService,
+    MessageArchiveService,
+    Snapshot,
+)
 
 from .config import MemorySummaryConfig
+from .lease import KeptLease
 
 __all__ = [
     "LEASE_BUSY",
+    "LEASE_LOST",
     "LOST_RACE",
     "Emit",
     "Result",
@@ -37,6 +45,8 @@ log = logging.getLogger("plugin_memory_summary")
 
 #: The ``skipped`` reason when another run holds the session's compression lease.
 LEASE_BUSY = "another run (in this or another process) holds the session's lease"
+#: The ``skipped`` reason when a newer holder took the lease during the run (its writes refused).
+LEASE_LOST = "the session's lease was taken over during the run; its writes were refused"
 #: The status of an attempt whose commit lost the compare-and-set (never reported).
 LOST_RACE = "lost-race"
 
@@ -81,6 +91,7 @@ class Work(Protocol):
         snapshot: Snapshot | None,
         markers: list[Message],
         slot: SummarizerSlot | None,
+        lease: LeaseToken | None,
     ) -> Awaitable[Result]: ...
 
 
@@ -95,6 +106,7 @@ class Scheduler:
         work: Work,
         emit: Emit,
         name: str,
+        warm: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.config = config
         self.memory = memory
@@ -110,6 +122,7 @@ class Scheduler:
         #: Per session, the last run's marker write and lease release (see ``_after_run``).
         self._tails: dict[str, asyncio.Task[None]] = {}
         self._ids = itertools.count(1)
+        self._warm_up = warm
 
     # -- what is going on ----------------------------------------------------------------------
     @property
@@ -124,6 +137,10 @@ class Scheduler:
     def tail_pending(self, session_id: str) -> bool:
         """The last run of the session still writes its marker or releases its lease."""
         return session_id in self._tails
+
+    async def _warm(self) -> None:
+        if self._warm_up is not None:
+            await self._warm_up()
 
     def request_id(self, session_id: str) -> str:
         return f"{self._name}:{session_id}:{next(self._ids)}"
@@ -289,34 +306,40 @@ class Scheduler:
         """One run under the session's cross-process lease; ``slot`` (none for a blocking run)
         is taken before the lease and given back once the summarizer is done."""
         await self.tail_done(session_id)  # this process's previous run gave its lease back
-        lease_name = f"{self._name}:{session_id}"
-        lease = await self.memory.acquire_lease(lease_name, self.config.lease_ttl_s)
-        while lease is None and deadline is not None and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-            lease = await self.memory.acquire_lease(lease_name, self.config.lease_ttl_s)
-        if lease is None:
-            return result("skipped", LEASE_BUSY)
-        # A run never outlives its lease: past 80% of it, the rules engine finishes the run
-        # (as past a hard deadline), so another process cannot take over a live compression.
-        lease_end = time.monotonic() + 0.8 * self.config.lease_ttl_s
-        deadline = lease_end if deadline is None else min(deadline, lease_end)
-        markers: list[Message] = []
-        try:
-            for _ in range(3):
-                outcome = await self._work(session_id, reason, deadline, snapshot, markers, slot)
-                if outcome["status"] != LOST_RACE:
-                    return outcome
-                snapshot = None  # lost the race: read afresh
-            return result("skipped", "lost the commit race three times")
-        finally:
-            # The marker and the lease's release follow the result: a blocking request returns
-            # as soon as the commit is in; the others wait for them too.
-            tail = self.spawn(self._after_run(session_id, lease, markers))
-            self._tails[session_id] = tail
-            tail.add_done_callback(functools.partial(_forget, self._tails, session_id))
-            if reason != "hard":
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(tail)
+        await self._warm()  # slow first imports: before the lease, not under it
+        # Renewed while the run lives (a crashed holder's lease runs out after lease_ttl_s);
+        # released by the run's tail, after its marker.
+        async with KeptLease(
+            self.memory,
+            f"{self._name}:{session_id}",
+            self.config.lease_ttl_s,
+            deadline=deadline,
+            release=False,
+        ) as kept:
+            lease = kept.lease
+            if lease is None:
+                return result("skipped", LEASE_BUSY)
+            markers: list[Message] = []
+            try:
+                for _ in range(3):
+                    outcome = await self._work(
+                        session_id, reason, deadline, snapshot, markers, slot, lease
+                    )
+                    if outcome["status"] != LOST_RACE:
+                        return outcome
+                    snapshot = None  # lost the race: read afresh
+                return result("skipped", "lost the commit race three times")
+            except LeaseLost:
+                return result("skipped", LEASE_LOST)
+            finally:
+                # The marker and the lease's release follow the result: a blocking request
+                # returns as soon as the commit is in; the others wait for them too.
+                tail = self.spawn(self._after_run(session_id, lease, markers))
+                self._tails[session_id] = tail
+                tail.add_done_callback(functools.partial(_forget, self._tails, session_id))
+                if reason != "hard":
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(tail)
 
     async def _after_run(self, session_id: str, lease: LeaseToken, markers: list[Message]) -> None:
         """A run's last writes, under its lease: its event marker, then the lease's release."""

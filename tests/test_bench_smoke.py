@@ -56,6 +56,7 @@ def assert_results(name: str, out: Path, done: subprocess.CompletedProcess[str])
     assert str(out) not in js.read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SCRIPTS))
 def test_script_runs_quick_and_writes_its_results(name: str, tmp_path: Path) -> None:
     data_sets, files = SCRIPTS[name]

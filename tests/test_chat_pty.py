@@ -215,6 +215,7 @@ def test_chat_in_a_terminal_streams_summarizes_and_clears(
     assert not any(m["content"] == "My tomato plant is called Rosa" for m in later)
 
 
+@pytest.mark.slow
 def test_chat_ends_with_one_line_when_the_first_call_fails(
     server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

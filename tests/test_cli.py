@@ -42,6 +42,7 @@ def config(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_replay_then_inspect(
     conversation: Path, config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -137,6 +138,7 @@ def test_replay_keeps_what_is_stored_when_the_next_file_is_bad(
     assert [s["session_id"] for s in json.loads(out)] == ["trip"]
 
 
+@pytest.mark.slow
 def test_installed_script_and_chat_against_a_local_server(tmp_path: Path) -> None:
     with FakeOpenAIServer(default_reply="Hello from the fake model.") as server:
         env = {**os.environ, "OPENAI_API_KEY": "sk-test"}

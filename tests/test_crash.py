@@ -36,6 +36,7 @@ from plugin_harness import counter, make_harness
 
 from host_stub.memory.sqlite import SQLiteMemory
 from host_stub.messages import Message
+from plugin_memory_summary.config import MemorySummaryConfig
 
 KILLS = 3
 SESSION = "s"
@@ -63,6 +64,17 @@ def _state(db: Path) -> dict[str, Any]:
             (SESSION,),
         )[0][0],
     }
+
+
+def _dead_lease_expiry(db: Path) -> float:
+    """The expiry (unix time, the SQLite store's clock) of the lease a killed holder left: it
+    was held (a token) and never released."""
+    rows = procs.raw(db, "SELECT token, expires_at, fence FROM leases")
+    held = [(expires_at, fence) for token, expires_at, fence in rows if token]
+    assert len(held) == 1, f"the killed process held no lease: {rows}"
+    [(expires_at, fence)] = held
+    assert fence >= 1
+    return float(expires_at)
 
 
 def _assert_killed_state(
@@ -101,6 +113,7 @@ async def _restart_and_resume(
     """A fresh host on the file: invariants, then new turns and a compression that must succeed
     once the dead process's lease has expired. Returns the carried checker, how long the dead
     lease held the compression off, and how many times it was turned away."""
+    dead_until = _dead_lease_expiry(db)
     h = await make_harness(procs.CHILD_PLUGIN, db=db)
     try:
         memory = h.host.memory
@@ -120,14 +133,17 @@ async def _restart_and_resume(
         t0 = time.monotonic()
         refused = 0
         while True:
+            asked_at = time.time()
             result = await h.plugin.compress(SESSION)
             if result["status"] == "done":
                 break
             assert result["status"] == "skipped" and result["reason"] == LEASE_REASON, result
             refused += 1
-            waited = time.monotonic() - t0
-            assert waited < procs.CHILD_PLUGIN["lease_ttl_s"] + 5, (
-                f"the dead process's lease still blocks compression after {waited:.1f}s"
+            # Turned away only while the dead process's lease lived (the same clock as the
+            # store's): no dependency on how fast this machine gets there.
+            assert asked_at < dead_until, (
+                f"the dead process's lease still blocks compression {asked_at - dead_until:.1f}s"
+                " after its expiry"
             )
             await asyncio.sleep(0.05)
         waited = time.monotonic() - t0
@@ -173,11 +189,8 @@ async def _turns_resume(db: Path, round_: int) -> tuple[int, float]:
             await asyncio.sleep(0.02)
             if any(f["status"] == "done" for f in h.finals()):
                 break
-            assert time.monotonic() - t0 < procs.CHILD_PLUGIN["lease_ttl_s"] + 10, (
-                f"no turn-triggered compression succeeded after {n} turns: {h.finals()}"
-            )
-        else:  # pragma: no cover
-            pytest.fail("compression never resumed")
+        else:  # at least 200 x 20 ms went by: far past the dead lease's 1 s
+            pytest.fail(f"no turn-triggered compression succeeded after 200 turns: {h.finals()}")
         for _ in range(500):  # let every request this host made report its final status
             started = {s["request_id"] for s in h.statuses if s["status"] == "start"}
             if started <= {s["request_id"] for s in h.finals()}:
@@ -189,6 +202,7 @@ async def _turns_resume(db: Path, round_: int) -> tuple[int, float]:
         await h.host.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", procs.SESSION_POINTS)
 def test_kill_during_a_turn_triggered_compression_then_turns_resume_it(
     point: str, tmp_path: Path
@@ -232,6 +246,7 @@ def test_kill_during_a_turn_triggered_compression_then_turns_resume_it(
     print(f"{point} (turn-triggered): {KILLS} kills; turns and seconds to resume: {resumed}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", procs.SESSION_POINTS)
 def test_kill_at_point_then_restart_keeps_invariants_and_resumes(
     point: str, tmp_path: Path
@@ -261,7 +276,44 @@ def test_kill_at_point_then_restart_keeps_invariants_and_resumes(
         waits.append((round(waited, 2), refused))
     assert hits >= KILLS
     assert carried is not None and carried.checks >= 2 * KILLS
-    # The dead holder's lease was in the way at least once (it is held through every point),
-    # and never for much longer than its ttl.
-    assert any(refused for _, refused in waits), waits
+    # The dead holder's lease was in the way (it is held through every point: see
+    # _dead_lease_expiry) and never after its expiry (see _restart_and_resume).
     print(f"{point}: {hits} kills; lease waits (s, refusals): {waits}; child starts {starts}")
+
+
+@pytest.mark.slow
+def test_p1_dead_holders_lease_is_taken_over_quickly(tmp_path: Path) -> None:
+    """Issue 14 point 1: with the default ``lease_ttl_s``, a holder killed with SIGKILL while its
+    summarizer call is in flight leaves a lease that lives at most one TTL (a few seconds; it was
+    120 s) past the kill, and another process compresses as soon as it has run out.
+
+    No wall-clock budget: the lease's expiry is read from the file (the store's own clock) and
+    every refusal is checked to come before it."""
+    default_ttl = MemorySummaryConfig().lease_ttl_s
+    assert default_ttl <= 10, "a dead holder's lease must be taken over within a few seconds"
+    plugin = {"lease_ttl_s": default_ttl}
+    db = tmp_path / "host.db"
+    with procs.Child(procs.ChildSpec(str(db), name="dead", crash="llm", plugin=plugin)) as child:
+        child.call("turns", SESSION, 0, TURNS_PER_CHILD)
+        child.send("compress", SESSION)
+        child.wait_at("llm", timeout=60)
+        killed_at = time.time()
+        assert child.kill() == -signal.SIGKILL
+    dead_until = _dead_lease_expiry(db)
+    # Renewed at most one TTL ago: it runs out within one TTL of the kill.
+    assert dead_until <= killed_at + default_ttl
+    with procs.Child(procs.ChildSpec(str(db), name="next", plugin=plugin)) as child:
+        child.call("turns", SESSION, 100, 2)
+        while True:
+            asked_at = time.time()
+            result = child.call("compress", SESSION)
+            if result["status"] == "done":
+                # ... and not before the dead holder's lease ran out.
+                assert time.time() >= dead_until
+                break
+            assert result == {"status": "skipped", "reason": LEASE_REASON}, result
+            assert asked_at < dead_until, "refused after the dead holder's lease ran out"
+            time.sleep(0.1)
+        child.stop()
+    record = procs.summary_row(db, SESSION)
+    assert record is not None and record[1] == 1  # the takeover's summary, the first one

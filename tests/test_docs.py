@@ -277,3 +277,25 @@ def test_every_benchmark_figure_in_the_readme_is_in_the_results_file_of_its_scri
             assert re.search(rf"(?<![\d.]){re.escape(figure)}(?!\d|\.\d)", text), (
                 f"README benchmark row {what!r}: {figure} is not in bench/results/{script}.md"
             )
+
+
+def test_p22_slow_tests_are_deselected_by_default_and_ci_runs_them_all() -> None:
+    """Issue 14 point 22: the default run leaves the slow tests out (``-m 'not slow'`` in the
+    pytest options); CI opts back in to every test."""
+    import shlex
+    import tomllib
+
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"][
+        "pytest"
+    ]["ini_options"]
+    addopts = shlex.split(options["addopts"])
+    assert addopts[addopts.index("-m") + 1] == "not slow"
+    assert any(m.startswith("slow:") for m in options["markers"])
+    runs = [
+        shlex.split(line)
+        for line in CI_RUN.read_text(encoding="utf-8").splitlines()
+        if line.strip().startswith("pytest ")
+    ]
+    assert len(runs) == 1
+    marks = [runs[0][i + 1] for i, arg in enumerate(runs[0]) if arg == "-m"]
+    assert marks[-1:] == ["slow or not slow"]  # the last -m wins over the one in addopts

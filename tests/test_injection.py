@@ -576,6 +576,7 @@ _NO_NETWORK = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_no_network_at_import_start_count_or_compress(tmp_path: Path) -> None:
     """A fresh interpreter with every outgoing connection and DNS look-up refused (an audit
     hook): import, start a host on the real services (litellm for counting, SQLite), replay

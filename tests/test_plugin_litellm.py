@@ -346,7 +346,8 @@ BAD = [
         "InternalServerError",
         ("UPSTREAM-EXPLODED", "InternalServerError"),
     ),
-    Bad("hang", Reply.hang(5), "timed out", ("Timeout", "timed out")),
+    # Never answers (until the server stops): a fallback proves the summarizer timeout fired.
+    Bad("hang", Reply.hang(), "timed out", ("Timeout", "timed out")),
     Bad("length", Reply.length(LENGTH_CUT), "finish_reason=length", ("SUMMARY-CUT",)),
     Bad("empty", Reply.empty(), "empty answer", ()),
     Bad(
@@ -367,7 +368,6 @@ async def test_unusable_answer_falls_back_to_the_rules_engine(
     assert final["status"] == "error", final
     assert bad.reason in final["reason"], final["reason"]
     assert final["stats"]["fallback"] == "rules"
-    assert elapsed < PLUGIN["summary_timeout_s"] + 2.5
     # The rules engine merged the batch into the old summary: its text and identifiers stay,
     # the new turns' codes arrive, nothing of the bad answer does.
     assert record["fallback"] == "rules" and record["model"] is None

@@ -211,10 +211,10 @@ def test_validate_patterns_reports_the_index_and_reason() -> None:
 
 def test_a_catastrophic_user_pattern_times_out_instead_of_hanging() -> None:
     redactor = Redactor([r"(a+)+$"], timeout_s=0.05)
-    started = time.perf_counter()
+    started = time.thread_time()  # CPU time of this thread: other processes' load does not count
     with pytest.raises(RedactionError):
         redactor.redact("a" * 5000 + "!")
-    assert time.perf_counter() - started < 2
+    assert time.thread_time() - started < 2
 
 
 def _noise(size: int) -> str:
@@ -267,9 +267,11 @@ def _noise(size: int) -> str:
     ],
 )
 def test_one_megabyte_is_redacted_in_under_a_second(text: str) -> None:
-    started = time.perf_counter()
+    # CPU time of this thread (about 0.2 s here), not wall time: a busy machine makes the wall
+    # clock run on while this thread waits, but a pattern that backtracks burns CPU.
+    started = time.thread_time()
     REDACTOR.redact(text)
-    assert time.perf_counter() - started < 1.0
+    assert time.thread_time() - started < 1.0
 
 
 def test_secrets_inside_a_megabyte_are_all_found() -> None:

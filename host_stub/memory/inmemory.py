@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..messages import ArchiveReason, Message
 from ..services import (
     SUMMARY_NAMESPACE,
+    LeaseLost,
     LeaseToken,
     MetadataEntry,
     SearchHit,
@@ -95,12 +96,22 @@ class _Session:
 class InMemoryMemory:
     """A :class:`~host_stub.services.MemoryService` that lives and dies with the process."""
 
-    def __init__(self, token_counter: TokenCounter) -> None:
+    def __init__(
+        self, token_counter: TokenCounter, *, clock: Callable[[], float] = time.time
+    ) -> None:
         self._count = token_counter
+        #: Lease expiry is read from this clock (unix seconds); tests may pass their own.
+        self._clock = clock
         self._lock = asyncio.Lock()
         self._sessions: dict[str, _Session] = {}
         self._metadata: dict[tuple[str, str], MetadataEntry] = {}
         self._leases: dict[str, LeaseToken] = {}
+        #: name -> the last fencing token handed out (kept after release and expiry).
+        self._fences: dict[str, int] = {}
+
+    def _check_fence(self, lease: LeaseToken | None) -> None:
+        if lease is not None and self._fences.get(lease.name, 0) != lease.fence:
+            raise LeaseLost(lease)
 
     # -- helpers (call with the lock held) ---------------------------------------------------
 
@@ -252,8 +263,11 @@ class InMemoryMemory:
         keep_recent: int | None = None,
         up_to_seq: int | None = None,
         reason: ArchiveReason = "window",
+        *,
+        lease: LeaseToken | None = None,
     ) -> list[int]:
         async with self._lock:
+            self._check_fence(lease)
             active = [(m.seq or 0, m.kind, m.role) for m in self._active(session_id)]
             seqs = select_trim(active, keep_recent, up_to_seq)
             if seqs:
@@ -269,8 +283,10 @@ class InMemoryMemory:
         *,
         epoch: int,
         namespace: str = SUMMARY_NAMESPACE,
+        lease: LeaseToken | None = None,
     ) -> bool:
         async with self._lock:
+            self._check_fence(lease)
             session = self._sessions.get(session_id)
             current_epoch = session.epoch if session else 0
             if self._version(namespace, session_id) != expected_version:
@@ -329,13 +345,27 @@ class InMemoryMemory:
     async def acquire_lease(self, name: str, ttl_s: float) -> LeaseToken | None:
         check_ttl(ttl_s)
         async with self._lock:
-            now = time.time()
+            now = self._clock()
             held = self._leases.get(name)
             if held is not None and held.expires_at > now:
                 return None
-            lease = LeaseToken(name=name, token=new_lease_token(), expires_at=now + ttl_s)
+            fence = self._fences[name] = self._fences.get(name, 0) + 1
+            lease = LeaseToken(
+                name=name, token=new_lease_token(), expires_at=now + ttl_s, fence=fence
+            )
             self._leases[name] = lease
             return lease
+
+    async def renew_lease(self, lease: LeaseToken, ttl_s: float) -> LeaseToken | None:
+        check_ttl(ttl_s)
+        async with self._lock:
+            now = self._clock()
+            held = self._leases.get(lease.name)
+            if held is None or held.token != lease.token or held.expires_at <= now:
+                return None
+            renewed = held.model_copy(update={"expires_at": now + ttl_s})
+            self._leases[lease.name] = renewed
+            return renewed
 
     async def release_lease(self, lease: LeaseToken) -> bool:
         async with self._lock:

@@ -19,7 +19,9 @@ kept when many connections write at once:
   archive.
 - ``snapshot`` reads in one ``REPEATABLE READ`` read-only transaction.
 - Leases are rows whose ``expires_at`` is taken from the server's clock, so hosts with skewed
-  clocks agree on expiry; a crashed holder's lease simply runs out.
+  clocks agree on expiry; a crashed holder's lease simply runs out. A row outlives its releases:
+  its ``fence`` grows by one on every acquisition, and a fenced write share-locks the row while it
+  checks it, so no acquisition slips in before its commit.
 
 URL: ``postgresql://user:password@host:port/database`` (``postgres://`` too); the query string is
 passed to asyncpg (``sslmode=...``, server settings), except ``schema=<name>``, which selects (and
@@ -45,6 +47,7 @@ import asyncpg
 from ..messages import ArchiveReason, Message
 from ..services import (
     SUMMARY_NAMESPACE,
+    LeaseLost,
     LeaseToken,
     MetadataEntry,
     SearchHit,
@@ -68,7 +71,7 @@ from ._search import CONTEXT_SPAN, CONTEXT_WEIGHT, own_terms, query_terms, with_
 __all__ = ["SCHEMA_VERSION", "PostgresMemory", "redact_url"]
 
 #: Stored in ``memory_schema_version``; bump it and add a step to ``_MIGRATIONS`` on changes.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Migration steps, from version ``n`` to ``n + 1``. ``{p}`` is the schema prefix.
 _MIGRATIONS: dict[int, list[str]] = {
@@ -114,6 +117,9 @@ _MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE {p}messages ADD COLUMN IF NOT EXISTS search tsvector NULL",
         "CREATE INDEX IF NOT EXISTS messages_search ON {p}messages USING gin (search)",
     ],
+    # 2 -> 3: fencing tokens. A lease row stays after its release (token emptied) so the fence
+    # of its next holder keeps growing.
+    2: ["ALTER TABLE {p}leases ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0"],
 }
 
 #: A message's tsvector: its own terms (weight class A), the terms the message before it lends
@@ -539,9 +545,12 @@ class PostgresMemory:
         keep_recent: int | None = None,
         up_to_seq: int | None = None,
         reason: ArchiveReason = "window",
+        *,
+        lease: LeaseToken | None = None,
     ) -> list[int]:
         select_trim([], keep_recent, up_to_seq)  # argument errors before any transaction
         async with self._tx() as conn:
+            await self._check_fence(conn, lease)
             if await self._locked_epoch(conn, session_id) is None:
                 return []  # no row, no messages
             rows = await conn.fetch(
@@ -566,9 +575,11 @@ class PostgresMemory:
         *,
         epoch: int,
         namespace: str = SUMMARY_NAMESPACE,
+        lease: LeaseToken | None = None,
     ) -> bool:
         value = _dump_value(record)
         async with self._tx() as conn:
+            await self._check_fence(conn, lease)
             current = await self._locked_epoch(conn, session_id)
             if current is None:
                 # No row to lock: take the session lock a concurrent clear also takes, then look
@@ -638,31 +649,67 @@ class PostgresMemory:
         async with self._conn() as conn:
             # Taken when free or expired (by the server's clock); a live lease is left alone. A
             # concurrent taker waits for the row lock, then sees the new expiry and gets nothing.
-            expires_at = await conn.fetchval(
+            # The row outlives releases, so its fence only grows.
+            row = await conn.fetchrow(
                 self._sql(
-                    "INSERT INTO {p}leases AS l (name, token, expires_at)"
-                    f" VALUES ($1, $2, {_CLOCK} + $3::float8)"
+                    "INSERT INTO {p}leases AS l (name, token, expires_at, fence)"
+                    f" VALUES ($1, $2, {_CLOCK} + $3::float8, 1)"
                     " ON CONFLICT (name) DO UPDATE"
-                    " SET token = excluded.token, expires_at = excluded.expires_at"
+                    " SET token = excluded.token, expires_at = excluded.expires_at,"
+                    " fence = l.fence + 1"
                     f" WHERE l.expires_at <= {_CLOCK}"
-                    " RETURNING expires_at"
+                    " RETURNING expires_at, fence"
                 ),
                 name,
                 token,
                 float(ttl_s),
             )
+        if row is None:
+            return None
+        return LeaseToken(
+            name=name, token=token, expires_at=float(row["expires_at"]), fence=int(row["fence"])
+        )
+
+    async def renew_lease(self, lease: LeaseToken, ttl_s: float) -> LeaseToken | None:
+        check_ttl(ttl_s)
+        async with self._conn() as conn:
+            expires_at = await conn.fetchval(
+                self._sql(
+                    f"UPDATE {{p}}leases SET expires_at = {_CLOCK} + $3::float8"
+                    f" WHERE name = $1 AND token = $2 AND expires_at > {_CLOCK}"
+                    " RETURNING expires_at"
+                ),
+                lease.name,
+                lease.token,
+                float(ttl_s),
+            )
         if expires_at is None:
             return None
-        return LeaseToken(name=name, token=token, expires_at=float(expires_at))
+        return lease.model_copy(update={"expires_at": float(expires_at)})
 
     async def release_lease(self, lease: LeaseToken) -> bool:
         async with self._conn() as conn:
+            # The row stays (its fence is the next holder's base); only the holder is removed.
             gone = await conn.fetchval(
-                self._sql("DELETE FROM {p}leases WHERE name = $1 AND token = $2 RETURNING 1"),
+                self._sql(
+                    "UPDATE {p}leases SET token = '', expires_at = 0"
+                    " WHERE name = $1 AND token = $2 RETURNING 1"
+                ),
                 lease.name,
                 lease.token,
             )
         return gone is not None
+
+    async def _check_fence(self, conn: Any, lease: LeaseToken | None) -> None:
+        """In a write's transaction: raise :class:`LeaseLost` if a newer holder took ``lease``.
+        The row stays share-locked to the commit, so no acquisition can slip in between."""
+        if lease is None:
+            return
+        fence = await conn.fetchval(
+            self._sql("SELECT fence FROM {p}leases WHERE name = $1 FOR SHARE"), lease.name
+        )
+        if (fence or 0) != lease.fence:
+            raise LeaseLost(lease)
 
     # -- sessions -----------------------------------------------------------------------------
 

@@ -7,7 +7,9 @@ alone on the server, so it is the transaction: ``append`` takes its seqs from th
 ``last_seq`` inside the same script that writes the messages (gapless and in commit order, with
 any number of processes), and ``commit_compression`` checks the record's version and the epoch,
 writes the record and archives the covered messages in one step. Leases are ``SET NX PX`` keys
-with a random token: a crashed holder's lease runs out by itself; release is compare-and-delete.
+with a random token: a crashed holder's lease runs out by itself; renewal is compare-and-expire,
+release is compare-and-delete. Each acquisition increments the lease's fence counter (a key that
+never expires) in the same script; a fenced write checks it in its own script.
 
 Keys, all under ``prefix`` (default ``hs:``; a ``?prefix=`` in the URL overrides it):
 
@@ -31,6 +33,7 @@ Keys, all under ``prefix`` (default ``hs:``; a ``?prefix=`` in the URL overrides
 ``{p}xo:{session}``             hash: searchable seq -> ``"<term>:<tf> ..."``, the terms it lends
                                 the message after it
 ``{p}xp:{session}:{term}``      sorted set: seq -> the term's frequency in that message
+``{p}fence:{name}``             integer: the lease's last fencing token (never expires)
 ==============================  ================================================================
 
 The search index (``xd``, ``xf``, ``xp``) is written by the same scripts that append, clear and
@@ -71,6 +74,7 @@ from redis.backoff import NoBackoff
 from ..messages import ArchiveReason, Message
 from ..services import (
     SUMMARY_NAMESPACE,
+    LeaseLost,
     LeaseToken,
     MetadataEntry,
     SearchHit,
@@ -330,8 +334,12 @@ end
 return out
 """
 
-# KEYS: s, m, a, z, x; ARGV: mode ('keep' | 'upto'), n, reason -> archived seqs
+# KEYS: s, m, a, z, x, fence; ARGV: mode ('keep' | 'upto'), n, reason, fence ('' = none)
+# -> archived seqs, or -1 when a newer holder took the lease (nothing changed)
 _TRIM = r"""
+if ARGV[4] ~= '' and tonumber(redis.call('GET', KEYS[6]) or '0') ~= tonumber(ARGV[4]) then
+  return -1
+end
 local n = tonumber(ARGV[2])
 local movable = {}
 for _, seq in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
@@ -361,9 +369,13 @@ archive(KEYS[1], KEYS[3], KEYS[4], KEYS[5], picked, ARGV[3], now_ms())
 return picked
 """
 
-# KEYS: s, m, a, z, x, md, mk; ARGV: session_id, namespace, expected_version, epoch,
-# archive_through_seq, record JSON -> 1 won, 0 lost
+# KEYS: s, m, a, z, x, md, mk, fence; ARGV: session_id, namespace, expected_version, epoch,
+# archive_through_seq, record JSON, fence ('' = none) -> 1 won, 0 lost, -1 a newer holder took
+# the lease (nothing changed)
 _COMMIT = r"""
+if ARGV[7] ~= '' and tonumber(redis.call('GET', KEYS[8]) or '0') ~= tonumber(ARGV[7]) then
+  return -1
+end
 if md_version(KEYS[6], ARGV[1]) ~= tonumber(ARGV[3]) then return 0 end
 if tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0') ~= tonumber(ARGV[4]) then return 0 end
 local picked = {}
@@ -385,6 +397,23 @@ if ARGV[3] ~= '' and md_version(KEYS[1], ARGV[2]) ~= tonumber(ARGV[3]) then retu
 local value = ARGV[4]
 if value == '' then value = false end
 return md_write(KEYS[1], KEYS[2], ARGV[1], ARGV[2], value, now_ms())
+"""
+
+# KEYS: lease, fence; ARGV: token, ttl (ms) -> the new fence, or false when the lease is held
+_ACQUIRE = r"""
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('INCR', KEYS[2])
+end
+return false
+"""
+
+# KEYS: lease; ARGV: token, ttl (ms) -> 1 renewed, 0 not ours (any more) or expired
+_RENEW = r"""
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
 """
 
 # KEYS: lease; ARGV: token -> 1 released, 0 not ours (any more)
@@ -473,12 +502,22 @@ _SCRIPTS = {
     "trim": _TRIM,
     "commit": _COMMIT,
     "save_metadata": _SAVE_METADATA,
+    "acquire": _ACQUIRE,
+    "renew": _RENEW,
     "release": _RELEASE,
     "clear": _CLEAR,
     "delete_messages": _DELETE_MESSAGES,
     "forget": _FORGET,
     "list_sessions": _LIST_SESSIONS,
 }
+
+
+def _ttl_ms(ttl_s: float) -> int:
+    return max(1, math.ceil(ttl_s * 1000))
+
+
+def _fence_arg(lease: LeaseToken | None) -> str | int:
+    return "" if lease is None else int(lease.fence)
 
 
 # -- URLs -------------------------------------------------------------------------------------
@@ -759,13 +798,19 @@ class RedisMemory:
         keep_recent: int | None = None,
         up_to_seq: int | None = None,
         reason: ArchiveReason = "window",
+        *,
+        lease: LeaseToken | None = None,
     ) -> list[int]:
         select_trim([], keep_recent, up_to_seq)  # argument errors before touching the server
         if up_to_seq is not None:
             mode, n = "upto", int(up_to_seq)
         else:
             mode, n = "keep", int(keep_recent)  # type: ignore[arg-type]
-        seqs = await self._run("trim", self._session_keys(session_id), [mode, n, reason])
+        keys = [*self._session_keys(session_id), self._fence_key(lease)]
+        seqs = await self._run("trim", keys, [mode, n, reason, _fence_arg(lease)])
+        if seqs == -1:
+            assert lease is not None
+            raise LeaseLost(lease)
         return [int(seq) for seq in seqs]
 
     async def commit_compression(
@@ -777,8 +822,14 @@ class RedisMemory:
         *,
         epoch: int,
         namespace: str = SUMMARY_NAMESPACE,
+        lease: LeaseToken | None = None,
     ) -> bool:
-        keys = [*self._session_keys(session_id), self._md(namespace), self._mk(session_id)]
+        keys = [
+            *self._session_keys(session_id),
+            self._md(namespace),
+            self._mk(session_id),
+            self._fence_key(lease),
+        ]
         args = [
             session_id,
             namespace,
@@ -786,8 +837,13 @@ class RedisMemory:
             int(epoch),
             int(archive_through_seq),
             _dump_value(record),
+            _fence_arg(lease),
         ]
-        return bool(await self._run("commit", keys, args))
+        won = await self._run("commit", keys, args)
+        if won == -1:
+            assert lease is not None
+            raise LeaseLost(lease)
+        return bool(won)
 
     # -- metadata -----------------------------------------------------------------------------
 
@@ -833,13 +889,27 @@ class RedisMemory:
     async def acquire_lease(self, name: str, ttl_s: float) -> LeaseToken | None:
         check_ttl(ttl_s)
         token = new_lease_token()
-        with self._errors():
-            won = await self._client.set(
-                f"{self.prefix}lease:{name}", token, nx=True, px=max(1, math.ceil(ttl_s * 1000))
-            )
-        if not won:
+        fence = await self._run(
+            "acquire",
+            [f"{self.prefix}lease:{name}", f"{self.prefix}fence:{name}"],
+            [token, _ttl_ms(ttl_s)],
+        )
+        if fence is None:
             return None
-        return LeaseToken(name=name, token=token, expires_at=time.time() + ttl_s)
+        return LeaseToken(name=name, token=token, expires_at=time.time() + ttl_s, fence=int(fence))
+
+    async def renew_lease(self, lease: LeaseToken, ttl_s: float) -> LeaseToken | None:
+        check_ttl(ttl_s)
+        renewed = await self._run(
+            "renew", [f"{self.prefix}lease:{lease.name}"], [lease.token, _ttl_ms(ttl_s)]
+        )
+        if not renewed:
+            return None
+        return lease.model_copy(update={"expires_at": time.time() + ttl_s})
+
+    def _fence_key(self, lease: LeaseToken | None) -> str:
+        # A key name is always passed (a script's key list is fixed); unused without a lease.
+        return f"{self.prefix}fence:{lease.name if lease is not None else ''}"
 
     async def release_lease(self, lease: LeaseToken) -> bool:
         released = await self._run("release", [f"{self.prefix}lease:{lease.name}"], [lease.token])

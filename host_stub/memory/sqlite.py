@@ -35,6 +35,10 @@ the closing of the connection behind the jobs already submitted, which still run
 worker thread end once it is done. It waits for that; cancelling ``close()`` does not stop it.
 Calling ``close()`` again is harmless.
 
+Leases. A lease row outlives its releases (its token is emptied): its ``fence`` grows by one on
+every acquisition, and a fenced write checks it inside its own transaction. Expiry is read from
+``clock`` (``time.time`` unless a test injects one); every process on the file must share it.
+
 Tracing. :meth:`SQLiteMemory.set_trace_callback` installs a ``sqlite3`` trace callback on the
 connection. It runs in the worker thread just before each statement (``BEGIN`` and ``COMMIT``
 included), so a callback that blocks holds the transaction it is in; the crash tests stop a
@@ -56,6 +60,7 @@ from typing import Any, TypeVar
 from ..messages import ArchiveReason, Message
 from ..services import (
     SUMMARY_NAMESPACE,
+    LeaseLost,
     LeaseToken,
     MetadataEntry,
     SearchHit,
@@ -79,7 +84,7 @@ from ._search import CONTEXT_SPAN, Indexed, own_terms, query_terms, with_context
 __all__ = ["SCHEMA_VERSION", "SQLiteMemory"]
 
 #: Stored in ``PRAGMA user_version``; bump it and add a step to ``_MIGRATIONS`` on schema changes.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _MIGRATIONS: dict[int, str] = {
     # from version 0 (empty file) to 1
@@ -130,6 +135,11 @@ _MIGRATIONS: dict[int, str] = {
     );
     INSERT INTO search (search, rank) VALUES ('rank', 'bm25(1.0, 0.5)');
     """,
+    # 2 -> 3: fencing tokens. A lease row stays after its release (token emptied) so the fence
+    # of its next holder keeps growing.
+    2: """
+    ALTER TABLE leases ADD COLUMN fence INTEGER NOT NULL DEFAULT 0;
+    """,
 }
 
 #: The search index's rowid of message ``seq`` of the session with key ``id`` is
@@ -165,9 +175,13 @@ class SQLiteMemory:
         token_counter: TokenCounter,
         *,
         busy_timeout_s: float = 10.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.path = str(path)
         self._count = token_counter
+        #: Lease expiry is read from this clock (unix seconds), under the write lock; every
+        #: process on the file must use the same clock (tests may pass their own).
+        self._clock = clock
         self._busy_timeout_ms = max(0, int(busy_timeout_s * 1000))
         self._executor: ThreadPoolExecutor | None = None  # created on first use
         self._closed = False
@@ -445,10 +459,13 @@ class SQLiteMemory:
         keep_recent: int | None = None,
         up_to_seq: int | None = None,
         reason: ArchiveReason = "window",
+        *,
+        lease: LeaseToken | None = None,
     ) -> list[int]:
         select_trim([], keep_recent, up_to_seq)  # argument errors before any transaction
 
         def job(db: sqlite3.Connection) -> list[int]:
+            _check_fence(db, lease)
             rows = db.execute(
                 "SELECT seq, kind, role FROM messages WHERE session_id = ? AND archived IS NULL"
                 " ORDER BY seq",
@@ -469,10 +486,12 @@ class SQLiteMemory:
         *,
         epoch: int,
         namespace: str = SUMMARY_NAMESPACE,
+        lease: LeaseToken | None = None,
     ) -> bool:
         value = _dump_value(record)
 
         def job(db: sqlite3.Connection) -> bool:
+            _check_fence(db, lease)
             if _version(db, namespace, session_id) != expected_version:
                 return False
             if _epoch(db, session_id) != epoch:
@@ -543,27 +562,45 @@ class SQLiteMemory:
         check_ttl(ttl_s)
 
         def job(db: sqlite3.Connection) -> LeaseToken | None:
-            now = time.time()  # under the write lock
-            row = _one(db, "SELECT expires_at FROM leases WHERE name = ?", (name,))
+            now = self._clock()  # under the write lock
+            row = _one(db, "SELECT expires_at, fence FROM leases WHERE name = ?", (name,))
             if row is not None and row[0] > now:
                 return None
-            lease = LeaseToken(name=name, token=new_lease_token(), expires_at=now + ttl_s)
+            fence = (row[1] if row is not None else 0) + 1
+            lease = LeaseToken(
+                name=name, token=new_lease_token(), expires_at=now + ttl_s, fence=fence
+            )
             db.execute(
-                "INSERT INTO leases (name, token, expires_at) VALUES (?, ?, ?)"
+                "INSERT INTO leases (name, token, expires_at, fence) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT (name) DO UPDATE SET token = excluded.token,"
-                " expires_at = excluded.expires_at",
-                (lease.name, lease.token, lease.expires_at),
+                " expires_at = excluded.expires_at, fence = excluded.fence",
+                (lease.name, lease.token, lease.expires_at, lease.fence),
             )
             return lease
 
         return await self._call(job, write=True)
 
+    async def renew_lease(self, lease: LeaseToken, ttl_s: float) -> LeaseToken | None:
+        check_ttl(ttl_s)
+
+        def job(db: sqlite3.Connection) -> LeaseToken | None:
+            now = self._clock()  # under the write lock
+            renewed = db.execute(
+                "UPDATE leases SET expires_at = ? WHERE name = ? AND token = ? AND expires_at > ?",
+                (now + ttl_s, lease.name, lease.token, now),
+            ).rowcount
+            return lease.model_copy(update={"expires_at": now + ttl_s}) if renewed else None
+
+        return await self._call(job, write=True)
+
     async def release_lease(self, lease: LeaseToken) -> bool:
         name, token = lease.name, lease.token
+        # The row stays (its fence is the next holder's base); only the holder is removed.
         return await self._call(
             lambda db: (
                 db.execute(
-                    "DELETE FROM leases WHERE name = ? AND token = ?", (name, token)
+                    "UPDATE leases SET token = '', expires_at = 0 WHERE name = ? AND token = ?",
+                    (name, token),
                 ).rowcount
                 > 0
             ),
@@ -685,6 +722,15 @@ def _one(db: sqlite3.Connection, sql: str, params: Iterable[Any] = ()) -> _Row |
 def _scalar(db: sqlite3.Connection, sql: str, params: Iterable[Any] = ()) -> Any:
     row = _one(db, sql, params)
     return None if row is None else row[0]
+
+
+def _check_fence(db: sqlite3.Connection, lease: LeaseToken | None) -> None:
+    """Raise :class:`LeaseLost` if a newer holder took ``lease`` (in the write's transaction)."""
+    if lease is None:
+        return
+    row = _one(db, "SELECT fence FROM leases WHERE name = ?", (lease.name,))
+    if (row[0] if row is not None else 0) != lease.fence:
+        raise LeaseLost(lease)
 
 
 def _epoch(db: sqlite3.Connection, session_id: str) -> int:

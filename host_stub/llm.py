@@ -1,7 +1,8 @@
 """The reference host's :class:`~host_stub.services.LLMService`, built on litellm.
 
-litellm is imported lazily (it costs ~3 s): importing this module does not import it; the first
-call that needs it does, through :func:`ensure_litellm`, which first makes litellm offline-safe:
+litellm is imported lazily (it costs seconds): importing this module does not import it, and
+neither does counting tokens or looking up a model's window; the first model call does, through
+:func:`ensure_litellm`, which first makes litellm offline-safe:
 
 * ``LITELLM_LOCAL_MODEL_COST_MAP=True`` (unless already set) so the bundled price / context-window
   map is used instead of fetching a remote one at import;
@@ -10,11 +11,15 @@ call that needs it does, through :func:`ensure_litellm`, which first makes litel
   ``command-r`` ...): counting falls back to the bundled tiktoken encoding;
 * litellm's "give feedback / get help" debug prints are suppressed and telemetry is off.
 
-Model windows come from the bundled catalog only (``catalog_only`` look-up): litellm's public
-``get_model_info`` would otherwise ask a running Ollama server (``/api/show``) or the Hugging Face
-hub, synchronously, for models its catalog lacks. Models litellm does not know get their window,
-max output and prices from ``model_overrides``, or the configured defaults (with one warning per
-model).
+Token counts come from :mod:`host_stub.tokenizer`: tiktoken with the encoding litellm picks for the
+model and litellm's per-message arithmetic, from the encodings litellm bundles (message content
+that is not text, such as an image, is left to litellm). Model windows come from litellm's bundled
+catalog file, read without importing litellm; a name the file lacks goes to litellm's catalog-only
+look-up (``catalog_only``: litellm's public ``get_model_info`` would otherwise ask a running Ollama
+server (``/api/show``) or the Hugging Face hub, synchronously). Models neither knows get their
+window, max output and prices from ``model_overrides`` (the host config's
+``[host.models."<model>"]`` tables), else the configured defaults, with one warning per model that
+names the setting to add.
 """
 
 from __future__ import annotations
@@ -26,12 +31,12 @@ import os
 import threading
 import warnings
 from collections.abc import AsyncIterator, Mapping, Sequence
-from functools import lru_cache
 from types import ModuleType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from . import tokenizer
 from .messages import Message, text_of
 from .services import Completion, LLMUsage
 
@@ -162,20 +167,8 @@ def _tool_calls_of(message: Any) -> list[dict[str, Any]] | None:
     return out
 
 
-#: Texts up to this many characters are cached (model, text) -> count; longer ones are counted
-#: each time, so the cache cannot pin megabytes of tool output.
-_CACHED_TEXT_CHARS = 8192
-
-
-@lru_cache(maxsize=4096)
-def _count_text_cached(model: str, text: str) -> int:
-    return int(ensure_litellm().token_counter(model=model, text=text))
-
-
 def _count_text(model: str, text: str) -> int:
-    if len(text) <= _CACHED_TEXT_CHARS:
-        return _count_text_cached(model, text)
-    return int(ensure_litellm().token_counter(model=model, text=text))
+    return tokenizer.count_text(model, text)
 
 
 class LiteLLMService:
@@ -426,13 +419,7 @@ class LiteLLMService:
             if model in self._warned:
                 return
             self._warned.add(model)
-        logger.warning(
-            "litellm does not know model %r: assuming a context window of %d and %d output "
-            "tokens; set model_overrides for it to use its real limits",
-            model,
-            self.default_context_window,
-            self.default_max_output_tokens,
-        )
+        logger.warning("%s", unknown_window_hint(model, self.default_context_window))
 
     def _catalog_info(self, model: str) -> tuple[int | None, int | None]:
         with self._lock:
@@ -449,6 +436,10 @@ class LiteLLMService:
         return window, out
 
     def _lookup(self, model: str) -> Mapping[str, Any] | None:
+        entry = tokenizer.catalog_entry(model)
+        if entry is not None:
+            return entry
+        # Not under its own name in the bundled file (an alias, a routed name): ask litellm.
         litellm = ensure_litellm()
         try:
             from litellm.utils import get_model_info_helper
@@ -486,6 +477,10 @@ class LiteLLMService:
         wire = _to_openai(messages_or_text)
         if not wire:
             return 0
+        counted = tokenizer.count_messages(name, wire)
+        if counted is not None:
+            return counted
+        # Content only litellm can count (an image, a file): import it now.
         litellm = ensure_litellm()
         try:
             return int(
@@ -501,6 +496,15 @@ class LiteLLMService:
                     fn = call.get("function") or {}
                     total += _count_text(name, f"{fn.get('name', '')}{fn.get('arguments', '')}")
             return total
+
+
+def unknown_window_hint(model: str, assumed: int) -> str:
+    """The one line for a model whose context window nobody knows: the exact setting to add."""
+    return (
+        f"model {model!r} has no known context window (litellm does not list it): assuming "
+        f'{assumed:,} tokens; add `[host.models."{model}"] context_window = N` to the host '
+        "config (--config FILE) to use its real one"
+    )
 
 
 def _positive(value: Any) -> int | None:

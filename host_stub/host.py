@@ -15,6 +15,7 @@ import pluggy
 
 from . import signals
 from .bus import EventBus, await_me_maybe
+from .calibration import Calibration, calibrated_window
 from .config import ConfigError, HostConfig
 from .hookspecs import Contribution, PromptView
 from .messages import Message, ToolCall, ToolCallFunction
@@ -80,6 +81,9 @@ class Host:
         self._llm = llm
         self._extra_plugins = list(plugins)
         self.tools = tools or ToolRegistry()
+        #: Provider prompt tokens per host-counted token, per chat model, from the agent loop's
+        #: own calls (see :meth:`token_ratio`).
+        self.calibration = Calibration()
         self.pm: pluggy.PluginManager | None = None
         self.plugins: dict[str, LoadedPlugin] = {}
         self.message_archive: MemoryMessageArchive | None = None
@@ -129,6 +133,7 @@ class Host:
                 self._memory = open_memory(self.config.host.memory, self._count_message)
             except (ValueError, ModuleNotFoundError) as exc:
                 raise ConfigError(f"{self.config.source}: host.memory: {exc}") from None
+        await self._resolve_window()
         self.message_archive = MemoryMessageArchive(self.memory)
         self.pm = pm
         self.plugins = loaded
@@ -151,6 +156,19 @@ class Host:
         self._started = True
         return self
 
+    async def _resolve_window(self) -> None:
+        """For a configured chat model without ``context_window``: ask the ``api_base`` server for
+        its window when nothing else knows it, then look the window up once, so a model nobody
+        knows gets its one warning line (naming the setting to add) now, not mid-conversation."""
+        h = self.config.host
+        if not h.model or h.context_window:
+            return
+        knows = getattr(self.llm, "knows_window", None)
+        probe = getattr(self.llm, "probe_server_window", None)
+        if h.api_base and knows is not None and probe is not None and not knows(h.model):
+            await probe(h.model)
+        self.llm.context_window(h.model)
+
     async def stop(self) -> None:
         if self.pm is not None and self._started:
             for result in self.pm.hook.shutdown():
@@ -170,7 +188,42 @@ class Host:
         return self.llm.count_tokens(text, self.model)
 
     def context_window(self) -> int:
+        """The chat model's window, in the provider's tokens."""
         return self.config.host.context_window or self.llm.context_window(self.model)
+
+    def token_ratio(self) -> float:
+        """Provider tokens per host-counted token for the chat model (1.0 with
+        ``calibrate_tokens = false``): from the agent loop's own calls once one reported its
+        usage, before that from any call the LLM service made to the model (a summarizer's),
+        else 1.0."""
+        if not self.config.host.calibrate_tokens:
+            return 1.0
+        own = self.calibration.get(self.model)
+        if own is not None:
+            return own.ratio
+        service = getattr(self.llm, "calibration", None)
+        return service.ratio(self.model) if isinstance(service, Calibration) else 1.0
+
+    def calibration_report(self) -> dict[str, Any]:
+        """What calibrated the watermark: the ratio in use for the chat model, the agent loop's
+        calls and the LLM service's calls (summarizers included), per model."""
+        service = getattr(self.llm, "calibration", None)
+        return {
+            "model": self.model,
+            "ratio": round(self.token_ratio(), 4),
+            "enabled": self.config.host.calibrate_tokens,
+            "agent_calls": self.calibration.snapshot(),
+            "service_calls": service.snapshot() if isinstance(service, Calibration) else {},
+        }
+
+    def _observe_usage(self, usage: signals.TokenUsage, completion: Any) -> None:
+        """Feed the chat model's calibration with one call: the host's count of the prompt it
+        sent (``used`` without the reply reserve) against the provider's ``prompt_tokens``."""
+        reported = getattr(completion, "usage", None)
+        if reported is None or getattr(reported, "estimated", False):
+            return
+        counted = usage.used - usage.breakdown.reserved_for_reply
+        self.calibration.observe(usage.model, counted, int(reported.prompt_tokens or 0))
 
     # -- hooks -------------------------------------------------------------------------------
     async def _collect_contributions(self, view: PromptView) -> list[Contribution]:
@@ -212,7 +265,8 @@ class Host:
             log.warning(
                 "session %s: %d unpaired tool messages left out of the prompt", session_id, repaired
             )
-        window = self.context_window()
+        ratio = self.token_ratio()
+        window = calibrated_window(self.context_window(), ratio)
         base = PromptView(
             session_id=session_id,
             model=self.model,
@@ -233,7 +287,7 @@ class Host:
             contributions,
             system_tokens=self._system_tokens,
             tool_def_tokens=self._tool_def_tokens,
-            reserved_for_reply=self.config.host.reserve_for_reply,
+            reserved_for_reply=round(self.config.host.reserve_for_reply / ratio),
             count_text=self.count_text,
         )
         used = sum(breakdown.model_dump().values())
@@ -246,6 +300,7 @@ class Host:
             breakdown=breakdown,
             summary_version=snap.record.version if snap.record else 0,
             dry_run=dry_run,
+            calibration=round(ratio, 4),
         )
         view = base.model_copy(
             update={"usage_ratio": usage.usage_ratio, "breakdown": breakdown.model_dump()}
@@ -357,6 +412,7 @@ class Host:
         for _ in range(self.config.host.max_tool_iterations):
             prompt = await self._prepare_call(session_id, result)
             completion = await self._call_model(prompt, defs, stream=stream, on_delta=on_delta)
+            self._observe_usage(result.usage[-1], completion)
             calls = [
                 ToolCall(
                     id=c["id"],

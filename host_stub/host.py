@@ -54,6 +54,41 @@ class TurnResult:
     error: str | None = None
 
 
+#: The store methods that change what a session's snapshot holds.
+_WRITES = ("append", "trim_history", "commit_compression", "clear", "delete_messages", "forget")
+
+
+class WriteCounter:
+    """Counts, per session, the writes made through one store object (its write methods are
+    wrapped on the instance: the object, its class and its identity stay what they were).
+
+    The host compares the count before and after ``before_model_call`` to tell whether the
+    prompt must be built again, instead of reading a second snapshot after every hook."""
+
+    def __init__(self, store: Any) -> None:
+        self.counts: dict[str, int] = {}
+        for name in _WRITES:
+            method = getattr(store, name, None)
+            if method is not None:
+                setattr(store, name, self._wrap(method))
+
+    def _wrap(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        counts = self.counts
+
+        async def write(session_id: str, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return await method(session_id, *args, **kwargs)
+            finally:
+                counts[session_id] = counts.get(session_id, 0) + 1
+
+        write.__name__ = getattr(method, "__name__", "write")
+        write.__doc__ = getattr(method, "__doc__", None)
+        return write
+
+    def of(self, session_id: str) -> int:
+        return self.counts.get(session_id, 0)
+
+
 def snapshot_key(snap: Snapshot) -> tuple[Any, ...]:
     """What identifies the history a prompt was built from: a clear changes the epoch, a
     compression the record's version, a trim the number of active messages (the first seq alone
@@ -84,6 +119,7 @@ class Host:
         #: Provider prompt tokens per host-counted token, per chat model, from the agent loop's
         #: own calls (see :meth:`token_ratio`).
         self.calibration = Calibration()
+        self._writes = WriteCounter(None)
         self.pm: pluggy.PluginManager | None = None
         self.plugins: dict[str, LoadedPlugin] = {}
         self.message_archive: MemoryMessageArchive | None = None
@@ -134,6 +170,7 @@ class Host:
             except (ValueError, ModuleNotFoundError) as exc:
                 raise ConfigError(f"{self.config.source}: host.memory: {exc}") from None
         await self._resolve_window()
+        self._writes = WriteCounter(self.memory)
         self.message_archive = MemoryMessageArchive(self.memory)
         self.pm = pm
         self.plugins = loaded
@@ -182,6 +219,8 @@ class Host:
 
     # -- counting ----------------------------------------------------------------------------
     def _count_message(self, message: Message) -> int:
+        if message.is_marker:  # never sent to a model: nothing to count (nor a tokenizer to load)
+            return 0
         return self.llm.count_tokens([message], self.model)
 
     def count_text(self, text: str) -> int:
@@ -314,11 +353,17 @@ class Host:
         return snap, prompt, usage, view
 
     async def _prepare_call(self, session_id: str, result: TurnResult) -> list[dict[str, Any]]:
-        """Measure, let plugins act before the call, rebuild once if the history changed."""
+        """Measure, let plugins act before the call, rebuild once if the history changed: if
+        anything wrote to the session through this host's store while the hook ran (a blocking
+        compression), the snapshot is read again and compared."""
+        writes = self._writes.of(session_id)
         snap, prompt, usage, view = await self.build_prompt(session_id)
         await self.bus.send(signals.TOKEN_USAGE, **usage.model_dump())
         result.usage.append(usage)
         await self._before_model_call(view)
+        if self._writes.of(session_id) == writes:
+            result.sent.append(prompt)
+            return prompt
         again = await self.memory.snapshot(session_id)
         if snapshot_key(again) != snapshot_key(snap):
             snap, prompt, usage, view = await self.build_prompt(session_id)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import itertools
 import json
 import marshal
 import os
@@ -221,7 +222,10 @@ def _valid_spec(spec: Any) -> bool:
         and isinstance(spec["special_tokens"], dict)
         and isinstance(ranks, dict)
         and len(ranks) > 1000
-        and all(isinstance(k, bytes) and isinstance(v, int) for k, v in list(ranks.items())[:64])
+        and all(
+            isinstance(k, bytes) and isinstance(v, int)
+            for k, v in itertools.islice(ranks.items(), 64)
+        )
     )
 
 

@@ -45,6 +45,8 @@ class _Session:
     updated_at: float = field(default_factory=time.time)
     #: seq -> stored message (``archived`` set once archived), in seq order.
     messages: dict[int, Message] = field(default_factory=dict)
+    #: The active ones only (an index: reads of the active history never walk the archive).
+    active: dict[int, Message] = field(default_factory=dict)
 
 
 class InMemoryMemory:
@@ -69,13 +71,14 @@ class InMemoryMemory:
         session = self._sessions.get(session_id)
         if session is None:
             return []
-        return [m for m in session.messages.values() if m.archived is None]
+        return list(session.active.values())
 
     def _archive(
         self, session: _Session, seqs: Sequence[int], reason: ArchiveReason, now: float
     ) -> None:
         for seq in seqs:
             session.messages[seq].archived = reason
+            session.active.pop(seq, None)
         if seqs:
             session.updated_at = now
 
@@ -120,6 +123,7 @@ class InMemoryMemory:
                     archived=None,
                 )
                 session.messages[stored.seq] = stored  # type: ignore[index]
+                session.active[stored.seq] = stored  # type: ignore[index]
                 out.append(stored.model_copy(deep=True))
             session.updated_at = time.time()
             return out
@@ -300,7 +304,7 @@ class InMemoryMemory:
             out = []
             for session_id in sorted(self._sessions):
                 session = self._sessions[session_id]
-                active = sum(1 for m in session.messages.values() if m.archived is None)
+                active = len(session.active)
                 out.append(
                     SessionInfo(
                         session_id=session_id,

@@ -30,7 +30,6 @@ import marshal
 import os
 import re
 import sys
-import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
@@ -240,6 +239,8 @@ def _read_spec(path: Path) -> dict[str, Any] | None:
 
 def _write_spec(path: Path, spec: dict[str, Any]) -> None:
     """Best effort, atomic (a reader never sees half a file); an unwritable cache is skipped."""
+    import tempfile
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")

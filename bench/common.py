@@ -485,9 +485,11 @@ async def make_rig(
     db_dir: Path | None = None,
     system_prompt: str = SYSTEM_PROMPT,
     model: str | None = None,
+    memory: str | None = None,
 ) -> Rig:
     """``plugin_config`` None = a host without the plugin; a dict = the plugin from its entry
-    point with that config over its defaults."""
+    point with that config over its defaults. ``memory``: a store URL instead of the SQLite
+    file."""
     from host_stub import signals
     from host_stub.config import HostConfig
     from host_stub.host import Host
@@ -497,7 +499,7 @@ async def make_rig(
         tmp = tempfile.TemporaryDirectory(prefix="bench-")
         db_dir = Path(tmp.name)
     host_section: dict[str, Any] = {
-        "memory": f"sqlite:///{db_dir / 'bench.db'}",
+        "memory": memory or f"sqlite:///{db_dir / 'bench.db'}",
         "system_prompt": system_prompt,
         "reserve_for_reply": reserve_for_reply,
     }

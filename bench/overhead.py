@@ -12,6 +12,11 @@ is a replayed turn (``run_turn(..., recorded=...)``) after which, untimed, the o
 archived so the history stays at N.
 
     python bench/overhead.py [--quick] [--out DIR] [--iterations N]
+
+With ``--flatness`` it times instead the whole host turn (store append, snapshot, prompt build,
+the plugin's hooks, the recorded reply's append; no model) at message 100 and at message 3,000
+of a chat, on the in-memory store and on SQLite, with the same 60 messages active in both (the
+rest archived), and writes ``overhead_flatness``: does a turn cost the same late in a long chat?
 """
 
 from __future__ import annotations
@@ -188,13 +193,133 @@ async def measure(
     return out
 
 
+FLAT_TOTALS = (100, 3000)
+FLAT_ACTIVE = 60
+FLAT_STORES = ("memory", "sqlite")
+ROUNDS = 8
+
+
+async def flat_rig(store: str, total: int, counter: TokenCounter) -> Rig:
+    """A host with the plugin whose session has ``total`` messages, a summary, and the newest
+    ``FLAT_ACTIVE`` active."""
+    rig = await make_rig(
+        BenchLLM(counter=counter),
+        PLUGIN,
+        context_window=None,
+        memory="memory://" if store == "memory" else None,
+    )
+    memory = rig.host.memory
+    await memory.append(SESSION, conversation(FLAT_ACTIVE))
+    result = await rig.plugin.compress(SESSION)
+    assert result["status"] == "done", result
+    stored = (await memory.list_sessions())[0]
+    await memory.append(SESSION, conversation(total - stored.last_seq, start=FLAT_ACTIVE))
+    await memory.trim_history(SESSION, keep_recent=FLAT_ACTIVE)
+    info = (await memory.list_sessions())[0]
+    assert info.last_seq == total and info.active <= FLAT_ACTIVE + 1, info
+    return rig
+
+
+async def flat_turns(rig: Rig, turns: int) -> list[float]:
+    times: list[float] = []
+    for n in range(turns + 10):
+        start = time.perf_counter()
+        result = await rig.host.run_turn(
+            SESSION, text(n), recorded=[Message(role="assistant", content=text(n + 1))]
+        )
+        elapsed = time.perf_counter() - start
+        assert result.outcome == "replied", result
+        if n >= 10:
+            times.append(elapsed)
+        await rig.host.memory.trim_history(SESSION, keep_recent=FLAT_ACTIVE)
+    return times
+
+
+async def flatness(args: Any, out: Path, v: dict[str, str]) -> None:
+    turns = 60 if args.quick else (args.iterations or 400)
+    counter = TokenCounter()
+    started = time.perf_counter()
+    results: dict[str, dict[int, list[float]]] = {}
+    for store in FLAT_STORES:
+        rigs = {}
+        try:
+            for total in FLAT_TOTALS:
+                progress(f"{store}: preparing {total} messages")
+                rigs[total] = await flat_rig(store, total, counter)
+            results[store] = {total: [] for total in FLAT_TOTALS}
+            # Alternate the two lengths in rounds, so load drifts hit both alike.
+            for r in range(ROUNDS):
+                for total, rig in rigs.items():
+                    progress(f"{store}: {total} messages, round {r + 1}/{ROUNDS}")
+                    gc.collect()
+                    results[store][total] += await flat_turns(rig, turns // ROUNDS)
+        finally:
+            for rig in rigs.values():
+                await rig.close()
+    table = Table(
+        f"Whole host turn (us), {FLAT_ACTIVE} messages active, a summary injected, no model; "
+        "at message 100 and 3,000 of the chat",
+        [
+            "store",
+            "p50 @100",
+            "p50 @3,000",
+            "p50 ratio",
+            "p99 @100",
+            "p99 @3,000",
+            "p99 ratio",
+            "flat (within 20%)",
+        ],
+    )
+    extra: dict[str, Any] = {}
+    for store, by_total in results.items():
+        a, b = by_total[FLAT_TOTALS[0]], by_total[FLAT_TOTALS[1]]
+        a50, b50 = us(percentile(a, 50)), us(percentile(b, 50))
+        a99, b99 = us(percentile(a, 99)), us(percentile(b, 99))
+        flat = b50 <= 1.2 * a50 and b99 <= 1.2 * a99
+        table.add(
+            store,
+            a50,
+            b50,
+            round(b50 / a50, 2),
+            a99,
+            b99,
+            round(b99 / a99, 2),
+            "yes" if flat else "no",
+        )
+        extra[store] = {str(t): [round(x * 1e6, 1) for x in by_total[t]] for t in FLAT_TOTALS}
+    write_results(
+        "overhead_flatness",
+        "Whole host turn at message 100 vs 3,000 (in-memory and SQLite)",
+        [table],
+        out=out,
+        versions_used=v,
+        settings={"turns": turns, "active": FLAT_ACTIVE, "quick": args.quick},
+        runtime_s=time.perf_counter() - started,
+        notes=[
+            "Each session: 60 messages compressed into a summary (the rules engine), then "
+            "messages appended up to the length, then all but the newest 60 archived; each timed "
+            "turn appends a user message and a recorded reply (run_turn with recorded=...), and "
+            "the oldest are archived again, untimed, so 60 stay active.",
+            "The plugin is on (threshold 100000: no compression while timing); BenchLLM counts "
+            "with cl100k_base; 128k window. Turns at both lengths alternate in 8 rounds.",
+        ],
+        extra=extra,
+    )
+
+
 async def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--iterations", type=int, default=None, help="timed calls per component")
+    p.add_argument(
+        "--flatness", action="store_true", help="whole turn at message 100 vs 3,000 instead"
+    )
     args = p.parse_args()
     out = out_dir(args.out)
     v = versions()
     print_versions(v)
+    if args.flatness:
+        await flatness(args, out, v)
+        return
     iterations = args.iterations or (300 if args.quick else 5000)
     turn_iterations = max(20, iterations // 25) if args.quick else 300
     counter = TokenCounter()

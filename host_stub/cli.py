@@ -976,9 +976,13 @@ def _chat_status(result: Any, window: int) -> str:
     messages = sum(1 for m in result.sent[-1] if m.get("role") != "system")
     b = usage.breakdown
     memory = f" + summary {b.summary:,} tokens" if b.summary else ", no summary yet"
+    # In the provider's tokens, as the window is: the host's counts times the calibration.
+    used = round(usage.used * usage.calibration)
+    reserved = round(b.reserved_for_reply * usage.calibration)
+    calibrated = f", counts x{usage.calibration:.2f}" if usage.calibration != 1.0 else ""
     return (
-        f"[context {usage.used:,}/{window:,} tokens ({usage.usage_ratio:.0%}, "
-        f"{b.reserved_for_reply:,} kept for the reply): {messages} "
+        f"[context {used:,}/{window:,} tokens ({usage.usage_ratio:.0%}{calibrated}, "
+        f"{reserved:,} kept for the reply): {messages} "
         f"message{'' if messages == 1 else 's'}{memory}]"
     )
 

@@ -49,6 +49,9 @@ class HostSection(BaseModel):
     reserve_for_reply: int = Field(default=1024, ge=0)
     #: Overrides the chat model's context window (e.g. to simulate a small window).
     context_window: int | None = Field(default=None, gt=0)
+    #: Correct the usage ratio with the provider's reported prompt tokens (per model, bounded,
+    #: smoothed): see host_stub/calibration.py.
+    calibrate_tokens: bool = True
     llm_timeout_s: float = Field(default=60.0, gt=0)
     llm_retries: int = Field(default=0, ge=0, le=10)
     #: A reply with longer text is refused (a failed call) before it is counted or parsed.

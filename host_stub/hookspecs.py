@@ -34,6 +34,8 @@ class PromptView(BaseModel):
 
     session_id: str
     model: str
+    #: The model's window in the host's token counts: divided by the calibration ratio (see
+    #: ``token:usage``), so ``usage_ratio`` is the provider's usage.
     context_window: int
     messages: list[Message]
     summary: MetadataEntry | None = None

@@ -15,6 +15,7 @@ import pluggy
 
 from . import signals
 from .bus import EventBus, await_me_maybe
+from .calibration import Calibration, calibrated_window
 from .checks import check_message, cut_to_limit
 from .config import ConfigError, HostConfig
 from .hookspecs import AgentTool, Contribution, PromptView, ToolContext
@@ -55,6 +56,41 @@ class TurnResult:
     error: str | None = None
 
 
+#: The store methods that change what a session's snapshot holds.
+_WRITES = ("append", "trim_history", "commit_compression", "clear", "delete_messages", "forget")
+
+
+class WriteCounter:
+    """Counts, per session, the writes made through one store object (its write methods are
+    wrapped on the instance: the object, its class and its identity stay what they were).
+
+    The host compares the count before and after ``before_model_call`` to tell whether the
+    prompt must be built again, instead of reading a second snapshot after every hook."""
+
+    def __init__(self, store: Any) -> None:
+        self.counts: dict[str, int] = {}
+        for name in _WRITES:
+            method = getattr(store, name, None)
+            if method is not None:
+                setattr(store, name, self._wrap(method))
+
+    def _wrap(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        counts = self.counts
+
+        async def write(session_id: str, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return await method(session_id, *args, **kwargs)
+            finally:
+                counts[session_id] = counts.get(session_id, 0) + 1
+
+        write.__name__ = getattr(method, "__name__", "write")
+        write.__doc__ = getattr(method, "__doc__", None)
+        return write
+
+    def of(self, session_id: str) -> int:
+        return self.counts.get(session_id, 0)
+
+
 def snapshot_key(snap: Snapshot) -> tuple[Any, ...]:
     """What identifies the history a prompt was built from: a clear changes the epoch, a
     compression the record's version, a trim the number of active messages (the first seq alone
@@ -82,6 +118,10 @@ class Host:
         self._llm = llm
         self._extra_plugins = list(plugins)
         self.tools = tools or ToolRegistry()
+        #: Provider prompt tokens per host-counted token, per chat model, from the agent loop's
+        #: own calls (see :meth:`token_ratio`).
+        self.calibration = Calibration()
+        self._writes = WriteCounter(None)
         self.pm: pluggy.PluginManager | None = None
         self.plugins: dict[str, LoadedPlugin] = {}
         self.message_archive: MemoryMessageArchive | None = None
@@ -134,6 +174,8 @@ class Host:
                 self._memory = open_memory(self.config.host.memory, self._count_message)
             except (ValueError, ModuleNotFoundError) as exc:
                 raise ConfigError(f"{self.config.source}: host.memory: {exc}") from None
+        await self._resolve_window()
+        self._writes = WriteCounter(self.memory)
         self.message_archive = MemoryMessageArchive(self.memory)
         self.pm = pm
         self.plugins = loaded
@@ -181,6 +223,19 @@ class Host:
                 self.plugin_tools.add(tool.name)
         self._tool_def_tokens = None
 
+    async def _resolve_window(self) -> None:
+        """For a configured chat model without ``context_window``: ask the ``api_base`` server for
+        its window when nothing else knows it, then look the window up once, so a model nobody
+        knows gets its one warning line (naming the setting to add) now, not mid-conversation."""
+        h = self.config.host
+        if not h.model or h.context_window:
+            return
+        knows = getattr(self.llm, "knows_window", None)
+        probe = getattr(self.llm, "probe_server_window", None)
+        if h.api_base and knows is not None and probe is not None and not knows(h.model):
+            await probe(h.model)
+        self.llm.context_window(h.model)
+
     async def stop(self) -> None:
         if self.pm is not None and self._started:
             for result in self.pm.hook.shutdown():
@@ -194,12 +249,15 @@ class Host:
 
     # -- counting ----------------------------------------------------------------------------
     def _count_message(self, message: Message) -> int:
+        if message.is_marker:  # never sent to a model: nothing to count (nor a tokenizer to load)
+            return 0
         return self.llm.count_tokens([message], self.model)
 
     def count_text(self, text: str) -> int:
         return self.llm.count_tokens(text, self.model)
 
     def context_window(self) -> int:
+        """The chat model's window, in the provider's tokens."""
         return self.config.host.context_window or self.llm.context_window(self.model)
 
     def host_tool_def_tokens(self) -> int:
@@ -209,6 +267,40 @@ class Host:
             d for d in self.tools.definitions() if d["function"]["name"] not in self.plugin_tools
         ]
         return self.count_text(json.dumps(defs)) if defs else 0
+
+    def token_ratio(self) -> float:
+        """Provider tokens per host-counted token for the chat model (1.0 with
+        ``calibrate_tokens = false``): from the agent loop's own calls once one reported its
+        usage, before that from any call the LLM service made to the model (a summarizer's),
+        else 1.0."""
+        if not self.config.host.calibrate_tokens:
+            return 1.0
+        own = self.calibration.get(self.model)
+        if own is not None:
+            return own.ratio
+        service = getattr(self.llm, "calibration", None)
+        return service.ratio(self.model) if isinstance(service, Calibration) else 1.0
+
+    def calibration_report(self) -> dict[str, Any]:
+        """What calibrated the watermark: the ratio in use for the chat model, the agent loop's
+        calls and the LLM service's calls (summarizers included), per model."""
+        service = getattr(self.llm, "calibration", None)
+        return {
+            "model": self.model,
+            "ratio": round(self.token_ratio(), 4),
+            "enabled": self.config.host.calibrate_tokens,
+            "agent_calls": self.calibration.snapshot(),
+            "service_calls": service.snapshot() if isinstance(service, Calibration) else {},
+        }
+
+    def _observe_usage(self, usage: signals.TokenUsage, completion: Any) -> None:
+        """Feed the chat model's calibration with one call: the host's count of the prompt it
+        sent (``used`` without the reply reserve) against the provider's ``prompt_tokens``."""
+        reported = getattr(completion, "usage", None)
+        if reported is None or getattr(reported, "estimated", False):
+            return
+        counted = usage.used - usage.breakdown.reserved_for_reply
+        self.calibration.observe(usage.model, counted, int(reported.prompt_tokens or 0))
 
     # -- hooks -------------------------------------------------------------------------------
     async def _collect_contributions(self, view: PromptView) -> list[Contribution]:
@@ -250,7 +342,8 @@ class Host:
             log.warning(
                 "session %s: %d unpaired tool messages left out of the prompt", session_id, repaired
             )
-        window = self.context_window()
+        ratio = self.token_ratio()
+        window = calibrated_window(self.context_window(), ratio)
         base = PromptView(
             session_id=session_id,
             model=self.model,
@@ -271,7 +364,7 @@ class Host:
             contributions,
             system_tokens=self._system_tokens,
             tool_def_tokens=self._tool_def_tokens,
-            reserved_for_reply=self.config.host.reserve_for_reply,
+            reserved_for_reply=round(self.config.host.reserve_for_reply / ratio),
             count_text=self.count_text,
         )
         used = sum(breakdown.model_dump().values())
@@ -284,6 +377,7 @@ class Host:
             breakdown=breakdown,
             summary_version=snap.record.version if snap.record else 0,
             dry_run=dry_run,
+            calibration=round(ratio, 4),
         )
         view = base.model_copy(
             update={"usage_ratio": usage.usage_ratio, "breakdown": breakdown.model_dump()}
@@ -297,11 +391,17 @@ class Host:
         return snap, prompt, usage, view
 
     async def _prepare_call(self, session_id: str, result: TurnResult) -> list[dict[str, Any]]:
-        """Measure, let plugins act before the call, rebuild once if the history changed."""
+        """Measure, let plugins act before the call, rebuild once if the history changed: if
+        anything wrote to the session through this host's store while the hook ran (a blocking
+        compression), the snapshot is read again and compared."""
+        writes = self._writes.of(session_id)
         snap, prompt, usage, view = await self.build_prompt(session_id)
         await self.bus.send(signals.TOKEN_USAGE, **usage.model_dump())
         result.usage.append(usage)
         await self._before_model_call(view)
+        if self._writes.of(session_id) == writes:
+            result.sent.append(prompt)
+            return prompt
         again = await self.memory.snapshot(session_id)
         if snapshot_key(again) != snapshot_key(snap):
             snap, prompt, usage, view = await self.build_prompt(session_id)
@@ -404,6 +504,7 @@ class Host:
         for _ in range(self.config.host.max_tool_iterations):
             prompt = await self._prepare_call(session_id, result)
             completion = await self._call_model(prompt, defs, stream=stream, on_delta=on_delta)
+            self._observe_usage(result.usage[-1], completion)
             calls = [
                 ToolCall(
                     id=c["id"],

@@ -1,7 +1,8 @@
 """The reference host's :class:`~host_stub.services.LLMService`, built on litellm.
 
-litellm is imported lazily (it costs ~3 s): importing this module does not import it; the first
-call that needs it does, through :func:`ensure_litellm`, which first makes litellm offline-safe:
+litellm is imported lazily (it costs seconds): importing this module does not import it, and
+neither does counting tokens or looking up a model's window; the first model call does, through
+:func:`ensure_litellm`, which first makes litellm offline-safe:
 
 * ``LITELLM_LOCAL_MODEL_COST_MAP=True`` (unless already set) so the bundled price / context-window
   map is used instead of fetching a remote one at import;
@@ -10,11 +11,15 @@ call that needs it does, through :func:`ensure_litellm`, which first makes litel
   ``command-r`` ...): counting falls back to the bundled tiktoken encoding;
 * litellm's "give feedback / get help" debug prints are suppressed and telemetry is off.
 
-Model windows come from the bundled catalog only (``catalog_only`` look-up): litellm's public
-``get_model_info`` would otherwise ask a running Ollama server (``/api/show``) or the Hugging Face
-hub, synchronously, for models its catalog lacks. Models litellm does not know get their window,
-max output and prices from ``model_overrides``, or the configured defaults (with one warning per
-model).
+Token counts come from :mod:`host_stub.tokenizer`: tiktoken with the encoding litellm picks for the
+model and litellm's per-message arithmetic, from the encodings litellm bundles (message content
+that is not text, such as an image, is left to litellm). Model windows come from litellm's bundled
+catalog file, read without importing litellm; a name the file lacks goes to litellm's catalog-only
+look-up (``catalog_only``: litellm's public ``get_model_info`` would otherwise ask a running Ollama
+server (``/api/show``) or the Hugging Face hub, synchronously). Models neither knows get their
+window, max output and prices from ``model_overrides`` (the host config's
+``[host.models."<model>"]`` tables), else the configured defaults, with one warning per model that
+names the setting to add.
 """
 
 from __future__ import annotations
@@ -26,12 +31,13 @@ import os
 import threading
 import warnings
 from collections.abc import AsyncIterator, Mapping, Sequence
-from functools import lru_cache
 from types import ModuleType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from . import tokenizer
+from .calibration import Calibration
 from .messages import Message, text_of
 from .services import Completion, LLMUsage
 
@@ -172,20 +178,8 @@ def _tool_calls_of(message: Any) -> list[dict[str, Any]] | None:
     return out
 
 
-#: Texts up to this many characters are cached (model, text) -> count; longer ones are counted
-#: each time, so the cache cannot pin megabytes of tool output.
-_CACHED_TEXT_CHARS = 8192
-
-
-@lru_cache(maxsize=4096)
-def _count_text_cached(model: str, text: str) -> int:
-    return int(ensure_litellm().token_counter(model=model, text=text))
-
-
 def _count_text(model: str, text: str) -> int:
-    if len(text) <= _CACHED_TEXT_CHARS:
-        return _count_text_cached(model, text)
-    return int(ensure_litellm().token_counter(model=model, text=text))
+    return tokenizer.count_text(model, text)
 
 
 class LiteLLMService:
@@ -233,6 +227,10 @@ class LiteLLMService:
         #: Only for tests and demos: litellm answers with this text without any HTTP call.
         self.mock_response = mock_response
         self._info_cache: dict[str, tuple[int | None, int | None]] = {}
+        #: Windows the server itself reported (llama.cpp ``/props``, vLLM ``/v1/models``).
+        self.server_windows: dict[str, int] = {}
+        #: Provider tokens per counted token, per model (see :mod:`host_stub.calibration`).
+        self.calibration = Calibration()
         self._warned: set[str] = set()
         self._lock = threading.Lock()
 
@@ -302,7 +300,10 @@ class LiteLLMService:
         t = float(timeout if timeout is not None else self.timeout)
         kwargs = self._call_kwargs(name, wire, max_tokens, temperature, t, tools)
         response = await asyncio.wait_for(litellm.acompletion(**kwargs), self._guard(t))
-        return self._completion(response, name, wire)
+        completion = self._completion(response, name, wire)
+        if self._reported(response):
+            self._calibrate(name, wire, tools, completion.usage.prompt_tokens)
+        return completion
 
     async def stream(
         self,
@@ -359,7 +360,33 @@ class LiteLLMService:
         completion = self._completion(built, name, wire)
         if completion.text != "".join(parts) and parts:
             completion = completion.model_copy(update={"text": "".join(parts)})
+        if any(self._reported(chunk) for chunk in chunks):
+            self._calibrate(name, wire, tools, completion.usage.prompt_tokens)
+        else:  # litellm's own estimate of the usage, not the provider's
+            usage = completion.usage.model_copy(update={"estimated": True})
+            completion = completion.model_copy(update={"usage": usage})
         yield completion
+
+    # -- calibration -----------------------------------------------------------------------------
+    @staticmethod
+    def _reported(response: Any) -> bool:
+        """Whether the provider sent the prompt's token count (not litellm's estimate of it)."""
+        usage = getattr(response, "usage", None)
+        return bool(usage is not None and getattr(usage, "prompt_tokens", None))
+
+    def _calibrate(
+        self,
+        model: str,
+        wire: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        reported: int,
+    ) -> None:
+        """Compare the provider's prompt tokens with this service's count of the same request
+        (messages and tool definitions, as the host counts them) and feed the model's ratio."""
+        counted = self.count_tokens(wire, model)
+        if tools:
+            counted += self.count_tokens(json.dumps(tools), model)
+        self.calibration.observe(model, counted, reported)
 
     # -- response -> Completion ------------------------------------------------------------------
     def _too_long(self, size: int) -> ReplyTooLongError:
@@ -402,7 +429,9 @@ class LiteLLMService:
     def _counted_usage(self, model: str, wire: list[dict[str, Any]], text: str) -> LLMUsage:
         prompt = self.count_tokens(wire, model) if wire else 0
         out = self.count_tokens(text, model) if text else 0
-        return LLMUsage(prompt_tokens=prompt, completion_tokens=out, total_tokens=prompt + out)
+        return LLMUsage(
+            prompt_tokens=prompt, completion_tokens=out, total_tokens=prompt + out, estimated=True
+        )
 
     def _cost(self, response: Any, model: str, usage: LLMUsage) -> float | None:
         override = self.model_overrides.get(model)
@@ -424,11 +453,15 @@ class LiteLLMService:
 
     # -- model windows ---------------------------------------------------------------------------
     def context_window(self, model: str | None = None) -> int:
-        """Input tokens the model accepts: override, then litellm's catalog, then the default."""
+        """Input tokens the model accepts: override, then what the server reported
+        (:meth:`probe_server_window`), then litellm's catalog, then the default."""
         name = self._model(model)
         override = self.model_overrides.get(name)
         if override is not None and override.context_window is not None:
             return override.context_window
+        served = self.server_windows.get(name)
+        if served is not None:
+            return served
         window, _ = self._catalog_info(name)
         if window is not None:
             return window
@@ -447,18 +480,40 @@ class LiteLLMService:
         self._warn_default(name)
         return self.default_max_output_tokens
 
+    def knows_window(self, model: str) -> bool:
+        """Whether the window of ``model`` comes from somewhere (override, server, catalog)
+        rather than the default; looks nothing up on the network."""
+        override = self.model_overrides.get(model)
+        if override is not None and override.context_window is not None:
+            return True
+        return model in self.server_windows or self._catalog_info(model)[0] is not None
+
+    async def probe_server_window(self, model: str, *, timeout: float = 2.0) -> int | None:
+        """Ask the ``api_base`` server for the window it runs ``model`` with: llama.cpp's
+        ``/props`` (``n_ctx``), then vLLM's ``/v1/models`` (``max_model_len``). Remembered for
+        :meth:`context_window`; ``None`` (and nothing remembered) when neither says. Only the
+        configured ``api_base`` is asked, each request bounded by ``timeout``."""
+        if not self.api_base:
+            return None
+        window = await asyncio.to_thread(
+            server_window, self.api_base, model, api_key=self.api_key, timeout=timeout
+        )
+        if window is not None:
+            self.server_windows[model] = window
+            logger.info(
+                "model %r: context window %d, as the server at %s reports",
+                model,
+                window,
+                self.api_base,
+            )
+        return window
+
     def _warn_default(self, model: str) -> None:
         with self._lock:
             if model in self._warned:
                 return
             self._warned.add(model)
-        logger.warning(
-            "litellm does not know model %r: assuming a context window of %d and %d output "
-            "tokens; set model_overrides for it to use its real limits",
-            model,
-            self.default_context_window,
-            self.default_max_output_tokens,
-        )
+        logger.warning("%s", unknown_window_hint(model, self.default_context_window))
 
     def _catalog_info(self, model: str) -> tuple[int | None, int | None]:
         with self._lock:
@@ -475,6 +530,10 @@ class LiteLLMService:
         return window, out
 
     def _lookup(self, model: str) -> Mapping[str, Any] | None:
+        entry = tokenizer.catalog_entry(model)
+        if entry is not None:
+            return entry
+        # Not under its own name in the bundled file (an alias, a routed name): ask litellm.
         litellm = ensure_litellm()
         try:
             from litellm.utils import get_model_info_helper
@@ -512,6 +571,10 @@ class LiteLLMService:
         wire = _to_openai(messages_or_text)
         if not wire:
             return 0
+        counted = tokenizer.count_messages(name, wire)
+        if counted is not None:
+            return counted
+        # Content only litellm can count (an image, a file): import it now.
         litellm = ensure_litellm()
         try:
             return int(
@@ -527,6 +590,76 @@ class LiteLLMService:
                     fn = call.get("function") or {}
                     total += _count_text(name, f"{fn.get('name', '')}{fn.get('arguments', '')}")
             return total
+
+
+def _get_json(url: str, api_key: str | None, timeout: float) -> Any:
+    import urllib.request
+
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            if response.status != 200:
+                return None
+            return json.loads(response.read(1_000_000))
+    except (OSError, ValueError):
+        return None
+
+
+def server_urls(api_base: str) -> tuple[str, str]:
+    """The llama.cpp ``/props`` URL (at the server root) and the ``/models`` URL (beside
+    ``/chat/completions``) of an OpenAI-compatible ``api_base``."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    base = api_base.rstrip("/")
+    parts = urlsplit(base)
+    root = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+    path = parts.path[: -len("/v1")] if parts.path.endswith("/v1") else parts.path
+    return f"{root}{path}/props", f"{base}/models"
+
+
+def window_from_props(body: Any) -> int | None:
+    """llama.cpp's ``/props``: ``default_generation_settings.n_ctx`` (or a top-level
+    ``n_ctx``)."""
+    if not isinstance(body, Mapping):
+        return None
+    settings = body.get("default_generation_settings")
+    if isinstance(settings, Mapping) and _positive(settings.get("n_ctx")):
+        return _positive(settings.get("n_ctx"))
+    return _positive(body.get("n_ctx"))
+
+
+def window_from_models(body: Any, model: str) -> int | None:
+    """vLLM's ``/v1/models``: ``max_model_len`` of the entry whose id is ``model`` (with or
+    without its provider prefix), or of the only entry."""
+    if not isinstance(body, Mapping) or not isinstance(body.get("data"), list):
+        return None
+    entries = [e for e in body["data"] if isinstance(e, Mapping)]
+    names = {model, model.split("/", 1)[-1]}
+    chosen = [e for e in entries if e.get("id") in names] or (entries if len(entries) == 1 else [])
+    return _positive(chosen[0].get("max_model_len")) if chosen else None
+
+
+def server_window(
+    api_base: str, model: str, *, api_key: str | None = None, timeout: float = 2.0
+) -> int | None:
+    """The window the server at ``api_base`` reports for ``model`` (blocking; see
+    :meth:`LiteLLMService.probe_server_window`)."""
+    props, models = server_urls(api_base)
+    window = window_from_props(_get_json(props, api_key, timeout))
+    if window is None:
+        window = window_from_models(_get_json(models, api_key, timeout), model)
+    return window
+
+
+def unknown_window_hint(model: str, assumed: int) -> str:
+    """The one line for a model whose context window nobody knows: the exact setting to add."""
+    return (
+        f"model {model!r} has no known context window (litellm does not list it): assuming "
+        f'{assumed:,} tokens; add `[host.models."{model}"] context_window = N` to the host '
+        "config (--config FILE) to use its real one"
+    )
 
 
 def _positive(value: Any) -> int | None:

@@ -138,6 +138,8 @@ class ReplayReport:
     #: Facts stated early (label -> text): which the final summary still holds verbatim.
     facts_kept: dict[str, str] = field(default_factory=dict)
     facts_lost: dict[str, str] = field(default_factory=dict)
+    #: How the chat model's token counts were calibrated (``Host.calibration_report()``).
+    calibration: dict[str, Any] = field(default_factory=dict)
 
     @property
     def fell_back(self) -> list[CompressionEvent]:
@@ -355,6 +357,7 @@ async def run_replay(
             plugin_loaded=plugin is not None,
             store=store,
         )
+        report.calibration = host.calibration_report()
         text = report.summary or ""
         for label, value in (facts or {}).items():
             (report.facts_kept if value in text else report.facts_lost)[label] = value
@@ -423,6 +426,32 @@ def _short(text: str, limit: int = 120) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def calibration_line(calibration: dict[str, Any], summary_model: str | None) -> str | None:
+    """``openai/m: the provider counts 1.25x the host's tokens (4 calls), watermark corrected``;
+    ``None`` when no model was called (the rules engine, offline)."""
+    if not calibration:
+        return None
+    model = calibration.get("model", "")
+    calls = {**calibration.get("service_calls", {}), **calibration.get("agent_calls", {})}
+    if not calls:
+        if summary_model is None:
+            return None
+        return f"not calibrated: no call to {summary_model} reported its prompt tokens"
+    parts = []
+    for name, state in calls.items():
+        parts.append(
+            f"{name}: the provider counts {state['ratio']:.2f}x the host's tokens "
+            f"({state['samples']} call{'' if state['samples'] == 1 else 's'})"
+        )
+    if not calibration.get("enabled", True):
+        tail = "; calibration off (calibrate_tokens = false)"
+    elif model in calls:
+        tail = f"; watermark corrected x{calibration.get('ratio', 1.0):.2f}"
+    else:
+        tail = ""
+    return "; ".join(parts) + tail
+
+
 def render_report(report: ReplayReport) -> str:
     """The report as plain text (numbers from the runs only)."""
     w = report.with_plugin
@@ -486,6 +515,9 @@ def render_report(report: ReplayReport) -> str:
         )
     if report.summary_cost:
         lines.append(f"  summarizer cost    ${report.summary_cost:.4f}")
+    calibrated = calibration_line(report.calibration, report.summary_model)
+    if calibrated:
+        lines.append(f"  token counts       {calibrated}")
     markers = f", {report.markers} compression markers" if report.markers else ""
     lines.append(
         f"  store              {report.active} messages active, {report.archived} archived"

@@ -261,6 +261,8 @@ class LLMUsage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    #: True when the provider reported no usage and the service counted the tokens itself.
+    estimated: bool = False
 
 
 class Completion(BaseModel):

@@ -66,7 +66,9 @@ class TokenBreakdown(_Payload):
 class TokenUsage(_Payload):
     """Sent by the agent loop before each of its model calls (never for a summarizer's calls).
     ``used`` is the sum of the breakdown, reply reserve included; ``usage_ratio = used /
-    context_window``."""
+    context_window``. Counts are the host's; ``calibration`` is the provider's prompt tokens per
+    host token for this model, and ``context_window`` (and the reply reserve) are the model's,
+    divided by it, so ``usage_ratio`` is the provider's usage."""
 
     session_id: str
     model: str
@@ -77,6 +79,7 @@ class TokenUsage(_Payload):
     summary_version: int = 0
     dry_run: bool = False
     rebuilt: bool = False
+    calibration: float = 1.0
 
 
 class SessionCompress(_Payload):

@@ -162,6 +162,12 @@ class _State:
     default: Any = "ok"
     model: str = "fake-model"
     counter: int = 0
+    #: Counts a request's prompt tokens for replies without scripted usage (the provider's
+    #: tokenizer); ``None``: about four characters a token.
+    count_prompt: Any = None
+    #: What ``GET /props`` (llama.cpp) and ``GET /v1/models`` (vLLM) report as the window.
+    n_ctx: int | None = None
+    max_model_len: int | None = None
 
 
 def _estimate_tokens(text: str) -> int:
@@ -203,8 +209,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, json.dumps(obj).encode())
 
     def do_GET(self) -> None:  # noqa: N802
-        if self.path.rstrip("/") in ("/v1/models", "/models"):
-            self._send_json(200, {"object": "list", "data": [{"id": self.state.model}]})
+        path = self.path.rstrip("/")
+        if path in ("/v1/models", "/models"):
+            entry: dict[str, Any] = {"id": self.state.model}
+            if self.state.max_model_len is not None:
+                entry["max_model_len"] = self.state.max_model_len
+            self._send_json(200, {"object": "list", "data": [entry]})
+        elif path == "/props" and self.state.n_ctx is not None:
+            self._send_json(200, {"default_generation_settings": {"n_ctx": self.state.n_ctx}})
         else:
             self._send_json(404, {"error": {"message": "not found", "type": "not_found"}})
 
@@ -269,8 +281,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         model = reply.model or (body.get("model") if isinstance(body, dict) else None)
         model = model or self.state.model
+        count = self.state.count_prompt or _prompt_tokens
         usage = reply.usage or {
-            "prompt_tokens": _prompt_tokens(body),
+            "prompt_tokens": count(body),
             "completion_tokens": _estimate_tokens(reply.content or ""),
         }
         usage = {**usage}
@@ -388,8 +401,25 @@ class _Server(ThreadingHTTPServer):
 class FakeOpenAIServer:
     """A scripted OpenAI-compatible server on ``127.0.0.1`` running in a background thread."""
 
-    def __init__(self, default_reply: Any = "ok", *, model: str = "fake-model") -> None:
-        self._state = _State(default=default_reply, model=model)
+    def __init__(
+        self,
+        default_reply: Any = "ok",
+        *,
+        model: str = "fake-model",
+        count_prompt: Any = None,
+        n_ctx: int | None = None,
+        max_model_len: int | None = None,
+    ) -> None:
+        """``count_prompt(body) -> int`` is the provider's tokenizer (the ``prompt_tokens`` of
+        unscripted usage); ``n_ctx`` / ``max_model_len`` are reported by ``GET /props`` (as
+        llama.cpp does) and ``GET /v1/models`` (as vLLM does)."""
+        self._state = _State(
+            default=default_reply,
+            model=model,
+            count_prompt=count_prompt,
+            n_ctx=n_ctx,
+            max_model_len=max_model_len,
+        )
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 

@@ -8,6 +8,7 @@ four either.
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
 import subprocess
 import sys
@@ -160,3 +161,79 @@ def test_every_lazy_pattern_compiles_once() -> None:
         compiled = lazy()
         assert lazy() is compiled, name
         assert lazy.compiled, name
+
+
+# -- commands that count tokens but call no model ----------------------------------------------
+
+_COMMANDS = r"""
+import contextlib, io, json, sys
+from host_stub.cli import main
+
+DIR = {tmp!r}
+db = DIR + "/m.db"
+config = DIR + "/host.toml"
+seen = []
+for argv in (
+    ["replay", DIR + "/chat.jsonl", "--db", db, "--config", config],
+    ["sessions", "--db", db],
+    ["summary", "chat", "--db", db, "--config", config],
+    ["compress", "chat", "--json", "--db", db, "--config", config],
+    ["rebuild", "chat", "--json", "--db", db, "--config", config],
+    ["demo", "--turns", "20", "--db", DIR + "/demo.db"],
+):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(argv)
+    assert code == 0, (argv, code, out.getvalue())
+    if argv[0] == "compress":
+        assert json.loads(out.getvalue())["status"] == "done", out.getvalue()
+    seen.append((argv[0], "litellm" in sys.modules))
+print(json.dumps(seen))
+"""
+
+
+def _chat(n: int) -> list[dict[str, object]]:
+    """An ``n``-message conversation with a tool call every few turns."""
+    out: list[dict[str, object]] = []
+    i = 0
+    while len(out) < n:
+        out.append({"role": "user", "content": f"Question {i}: what about booking RES-{1000 + i}?"})
+        if i % 3 == 0:
+            call = {
+                "id": f"call_{i}",
+                "type": "function",
+                "function": {"name": "lookup", "arguments": json.dumps({"ref": f"RES-{1000 + i}"})},
+            }
+            out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            out.append({"role": "tool", "tool_call_id": f"call_{i}", "content": '{"ok": true}'})
+        out.append({"role": "assistant", "content": f"Booking RES-{1000 + i} is confirmed."})
+        i += 1
+    return out[:n] if out[n - 1]["role"] != "tool" else out[: n + 1]
+
+
+def test_commands_that_count_tokens_without_a_model_never_import_litellm(tmp_path) -> None:
+    """``replay`` without ``--model``, ``sessions``, ``summary``, ``compress`` and ``rebuild`` on
+    the rules engine, and ``demo`` count tokens and look up the window, but call no model: they
+    must not pay litellm's import (seconds)."""
+    (tmp_path / "chat.jsonl").write_text("\n".join(json.dumps(m) for m in _chat(60)) + "\n")
+    (tmp_path / "host.toml").write_text(
+        "[plugin.memory-summary]\nthreshold = 200\nkeep_recent = 4\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", _COMMANDS.format(tmp=str(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [name for name, _ in seen] == [
+        "replay",
+        "sessions",
+        "summary",
+        "compress",
+        "rebuild",
+        "demo",
+    ]
+    assert [name for name, imported in seen if imported] == []

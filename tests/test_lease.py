@@ -396,8 +396,13 @@ def test_p2_host_stub_compress_takes_the_lease_after_the_slow_import(tmp_path: P
     status_line, log_line = proc.stdout.strip().splitlines()[-2:]
     assert json.loads(status_line)["status"] == "done", status_line
     log = json.loads(log_line)
-    [(import_start, import_end)] = log["imports"]
     [(acquired, released, imported_at_acquire)] = log["holds"]
+    if not log["imports"]:
+        # Counting tokens no longer imports litellm at all (the rules engine calls no model):
+        # nothing slow can happen under the lease.
+        assert not imported_at_acquire and acquired <= released
+        return
+    [(import_start, import_end)] = log["imports"]
     print(f"import {import_end - import_start:.2f}s, lease held {released - acquired:.2f}s")
     assert imported_at_acquire, "the lease was taken before litellm was imported"
     assert import_end <= acquired <= released

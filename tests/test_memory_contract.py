@@ -1208,7 +1208,7 @@ async def test_sqlite_schema_1_file_gets_its_search_index(tmp_path: Path) -> Non
     finally:
         await store.close()
     with contextlib.closing(sqlite3.connect(path)) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
 
 
 async def test_sqlite_refuses_newer_schema(tmp_path: Path) -> None:

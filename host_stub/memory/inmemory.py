@@ -92,6 +92,9 @@ class _Session:
                     if not posting:
                         del self.postings[term]
 
+    #: The active ones only (an index: reads of the active history never walk the archive).
+    active: dict[int, Message] = field(default_factory=dict)
+
 
 class InMemoryMemory:
     """A :class:`~host_stub.services.MemoryService` that lives and dies with the process."""
@@ -125,13 +128,14 @@ class InMemoryMemory:
         session = self._sessions.get(session_id)
         if session is None:
             return []
-        return [m for m in session.messages.values() if m.archived is None]
+        return list(session.active.values())
 
     def _archive(
         self, session: _Session, seqs: Sequence[int], reason: ArchiveReason, now: float
     ) -> None:
         for seq in seqs:
             session.messages[seq].archived = reason
+            session.active.pop(seq, None)
         if seqs:
             session.updated_at = now
 
@@ -181,6 +185,7 @@ class InMemoryMemory:
                 session.messages[stored.seq] = stored  # type: ignore[index]
                 if indexed is not None:
                     session.index(session.last_seq, indexed, now)
+                session.active[stored.seq] = stored  # type: ignore[index]
                 out.append(stored.model_copy(deep=True))
             session.updated_at = now
             return out
@@ -426,7 +431,7 @@ class InMemoryMemory:
             out = []
             for session_id in sorted(self._sessions):
                 session = self._sessions[session_id]
-                active = sum(1 for m in session.messages.values() if m.archived is None)
+                active = len(session.active)
                 out.append(
                     SessionInfo(
                         session_id=session_id,

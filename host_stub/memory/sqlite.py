@@ -84,7 +84,7 @@ from ._search import CONTEXT_SPAN, Indexed, own_terms, query_terms, with_context
 __all__ = ["SCHEMA_VERSION", "SQLiteMemory"]
 
 #: Stored in ``PRAGMA user_version``; bump it and add a step to ``_MIGRATIONS`` on schema changes.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _MIGRATIONS: dict[int, str] = {
     # from version 0 (empty file) to 1
@@ -139,6 +139,12 @@ _MIGRATIONS: dict[int, str] = {
     # of its next holder keeps growing.
     2: """
     ALTER TABLE leases ADD COLUMN fence INTEGER NOT NULL DEFAULT 0;
+    """,
+    # 3 -> 4: the active history is read through an index of the active rows only, so a turn
+    # late in a long chat does not walk every archived message of the session
+    3: """
+    CREATE INDEX IF NOT EXISTS messages_active ON messages (session_id, seq)
+        WHERE archived IS NULL;
     """,
 }
 
@@ -467,7 +473,8 @@ class SQLiteMemory:
         def job(db: sqlite3.Connection) -> list[int]:
             _check_fence(db, lease)
             rows = db.execute(
-                "SELECT seq, kind, role FROM messages WHERE session_id = ? AND archived IS NULL"
+                "SELECT seq, kind, role FROM messages INDEXED BY messages_active"
+                " WHERE session_id = ? AND archived IS NULL"
                 " ORDER BY seq",
                 (session_id,),
             ).fetchall()
@@ -499,7 +506,8 @@ class SQLiteMemory:
             now = time.time()
             _write_metadata(db, namespace, session_id, value, now)
             rows = db.execute(
-                "SELECT seq FROM messages WHERE session_id = ? AND archived IS NULL"
+                "SELECT seq FROM messages INDEXED BY messages_active"
+                " WHERE session_id = ? AND archived IS NULL"
                 " AND seq <= ? AND NOT (role = 'system' AND kind = 'message') ORDER BY seq",
                 (session_id, archive_through_seq),
             ).fetchall()
@@ -792,15 +800,17 @@ def _message_rows(
     limit: int | None = None,
 ) -> list[_Row]:
     where = "session_id = ? AND archived IS " + ("NOT NULL" if archived else "NULL")
+    # The active rows through their own index (a long chat is mostly archived rows).
+    table = "messages" if archived else "messages INDEXED BY messages_active"
     params: list[Any] = [session_id]
     if epoch is not None:
         where += " AND epoch = ?"
         params.append(epoch)
     if limit is None:
-        sql = f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE {where} ORDER BY seq"
+        sql = f"SELECT {_MESSAGE_COLUMNS} FROM {table} WHERE {where} ORDER BY seq"
     else:
         sql = (
-            f"SELECT * FROM (SELECT {_MESSAGE_COLUMNS} FROM messages WHERE {where}"
+            f"SELECT * FROM (SELECT {_MESSAGE_COLUMNS} FROM {table} WHERE {where}"
             " ORDER BY seq DESC LIMIT ?) ORDER BY seq"
         )
         params.append(limit)

@@ -1,0 +1,152 @@
+"""What a host turn reads: one store snapshot per model call when nothing changed it, a second
+read only after a hook wrote to the session; stores that read only the active rows of a long,
+mostly archived chat; compression markers never counted (they are never sent)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from fakes import ScriptedLLM
+
+from host_stub.config import HostConfig
+from host_stub.hookspecs import PromptView, hookimpl
+from host_stub.host import Host
+from host_stub.memory import sqlite as sqlite_store
+from host_stub.memory.inmemory import InMemoryMemory
+from host_stub.memory.sqlite import SQLiteMemory
+from host_stub.messages import Message
+
+NO_ENTRY_POINTS = HostConfig.model_validate(
+    {"host": {"model": "fake/chat"}, "plugins": {"allow": []}}
+)
+
+
+class CountingMemory(InMemoryMemory):
+    def __init__(self) -> None:
+        super().__init__(token_counter=lambda m: 5)
+        self.snapshots = 0
+
+    async def snapshot(self, session_id: str, namespace: str = "summary") -> Any:
+        self.snapshots += 1
+        return await super().snapshot(session_id, namespace)
+
+
+class Trimmer:
+    """A plugin that archives the oldest messages before every model call, as a blocking
+    compression does."""
+
+    def __init__(self) -> None:
+        self.memory: Any = None
+
+    @hookimpl
+    def startup(self, memory: Any) -> None:
+        self.memory = memory
+
+    @hookimpl
+    async def before_model_call(self, view: PromptView) -> None:
+        await self.memory.trim_history(view.session_id, keep_recent=2)
+
+
+async def test_one_snapshot_per_model_call_when_nothing_changed() -> None:
+    memory = CountingMemory()
+    host = await Host(NO_ENTRY_POINTS, memory=memory, llm=ScriptedLLM(default="ok")).start()
+    try:
+        for i in range(3):
+            before = memory.snapshots
+            result = await host.run_turn(
+                "s", f"q{i}", recorded=[Message(role="assistant", content=f"a{i}")]
+            )
+            assert result.outcome == "replied"
+            assert memory.snapshots - before == 1
+            assert not any(u.rebuilt for u in result.usage)
+    finally:
+        await host.stop()
+
+
+async def test_a_hook_that_writes_gets_the_prompt_built_again() -> None:
+    memory = CountingMemory()
+    host = await Host(
+        NO_ENTRY_POINTS, memory=memory, llm=ScriptedLLM(default="ok"), plugins=[("trim", Trimmer())]
+    ).start()
+    try:
+        for i in range(3):
+            await memory.append("s", [Message(role="user", content=f"old {i}")])
+        result = await host.run_turn("s", "q", recorded=[Message(role="assistant", content="a")])
+        assert [u.rebuilt for u in result.usage] == [False, True]
+        sent = [m["content"] for m in result.sent[-1] if m["role"] != "system"]
+        assert sent == ["old 2", "q"]
+    finally:
+        await host.stop()
+
+
+async def test_markers_are_stored_without_counting() -> None:
+    counted: list[Any] = []
+
+    class Counting(ScriptedLLM):
+        def count_tokens(self, messages_or_text: Any, model: str | None = None) -> int:
+            counted.append(messages_or_text)
+            return super().count_tokens(messages_or_text, model)
+
+    memory = InMemoryMemory(token_counter=lambda m: 1)
+    host = await Host(NO_ENTRY_POINTS, memory=memory, llm=Counting(default="ok")).start()
+    try:
+        marker = Message(role="system", kind="event-marker", content="compressed 3 messages")
+        assert host._count_message(marker) == 0
+        assert counted == []
+    finally:
+        await host.stop()
+
+
+class NoArchiveScan(dict):
+    """A session's message dict that fails if anything walks it (the archive)."""
+
+    def values(self) -> Any:
+        raise AssertionError("walked every stored message")
+
+    def __iter__(self) -> Any:
+        raise AssertionError("walked every stored message")
+
+
+async def test_the_in_memory_store_reads_only_active_rows() -> None:
+    memory = InMemoryMemory(token_counter=lambda m: 1)
+    await memory.append("s", [Message(role="user", content=f"m{i}") for i in range(500)])
+    await memory.trim_history("s", keep_recent=10)
+    session = memory._sessions["s"]
+    session.messages = NoArchiveScan(session.messages)
+    snap = await memory.snapshot("s")
+    assert [m.seq for m in snap.messages] == list(range(491, 501))
+    assert len(await memory.get_history("s")) == 10
+    info = (await memory.list_sessions())[0]
+    assert (info.active, info.archived) == (10, 490)
+
+
+async def test_sqlite_reads_the_active_history_through_its_index(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    # A store written by the previous schema (version 1) is migrated on open.
+    raw = sqlite3.connect(path)
+    for statement in sqlite_store._MIGRATIONS[0].split(";"):
+        if statement.strip():
+            raw.execute(statement)
+    raw.execute("PRAGMA user_version = 1")
+    raw.commit()
+    raw.close()
+    memory = SQLiteMemory(str(path), lambda m: 1)
+    try:
+        await memory.append("s", [Message(role="user", content=f"m{i}") for i in range(50)])
+        await memory.trim_history("s", keep_recent=5)
+        assert [m.seq for m in (await memory.snapshot("s")).messages] == [46, 47, 48, 49, 50]
+    finally:
+        await memory.close()
+    raw = sqlite3.connect(path)
+    try:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION
+        traced: list[str] = []
+        raw.set_trace_callback(traced.append)
+        rows = sqlite_store._message_rows(raw, "s", archived=False)
+        assert [r[0] for r in rows] == [46, 47, 48, 49, 50]
+        plan = raw.execute("EXPLAIN QUERY PLAN " + traced[-1].replace("'s'", "?"), ("s",))
+        assert any("messages_active" in str(row) for row in plan.fetchall())
+    finally:
+        raw.close()

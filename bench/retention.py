@@ -286,6 +286,40 @@ def tau_window(conversation: Conversation, counter: TokenCounter, *, keep_groups
     return score
 
 
+async def tau_long_chat(
+    trajectories: list[Conversation], config: dict[str, Any], counter: TokenCounter
+) -> tuple[int, int, int, int, int]:
+    """The trajectories back to back as one long tool chat (the first system message only):
+    of the ground-truth action identifiers that are in archived messages at the end, how many
+    the final prompt still holds; tool-pair violations in every prompt sent; prompts over the
+    budget. Returns (archived ids, kept, violations, over budget, compressions)."""
+    messages: list[Any] = []
+    ids: set[str] = set()
+    for t in trajectories:
+        messages += [m for m in t.messages if m.role != "system"] if messages else list(t.messages)
+        ids |= tau_action_identifiers(t)
+    conversation = Conversation("tau-long", messages)
+    rig = await make_rig(BenchLLM(counter=counter, default_model=None), config)
+    violations = over = 0
+
+    async def after_turn(result: Any) -> None:
+        nonlocal violations, over
+        violations += sum(tool_pair_violations(p) for p in result.sent)
+        over += sum(1 for u in result.usage if u.used > BUDGET)
+
+    try:
+        await replay_through_host(rig, conversation, "tau-long", drain=True, after_turn=after_turn)
+        _, prompt, _, _ = await rig.host.build_prompt("tau-long", dry_run=True)
+        archived = await rig.host.memory.get_archived("tau-long")
+        archived_text = "\n".join(prompt_text([m.to_openai()]) for m in archived)
+        seen = ids_in(archived_text, ids)
+        kept = ids_in(prompt_text(prompt), seen)
+        compressions = len(rig.finals("done"))
+    finally:
+        await rig.close()
+    return len(seen), len(kept), violations, over, compressions
+
+
 def tau_row(label: str, score: TauScore, trajectories: int) -> list[Any]:
     return [
         label,
@@ -424,6 +458,33 @@ async def main() -> None:
             total.add(tau_window(traj, counter, keep_groups=groups))
         tau_table.add(*tau_row(label, total, len(trajectories)))
 
+    long_table = Table(
+        "tau-bench airline: 25 trajectories back to back as one long tool chat; action "
+        "identifiers that are archived at the end and still in the final prompt",
+        [
+            "system",
+            "ids archived",
+            "ids kept",
+            "share kept",
+            "tool-pair violations",
+            "calls over budget",
+            "compressions",
+        ],
+    )
+    chain = trajectories[: min(25, len(trajectories))]
+    for name in dict.fromkeys([DEFAULT, recommended]):
+        progress(f"tau-bench long chat: {name}")
+        seen, kept_ids, bad, over, done = await tau_long_chat(chain, settings[name], counter)
+        long_table.add(
+            f"plugin: {name}",
+            seen,
+            kept_ids,
+            round(kept_ids / seen, 3) if seen else "-",
+            bad,
+            over,
+            done,
+        )
+
     notes = [
         f"Budget: host context_window {BUDGET}, reserve_for_reply 0; summarizer: none configured, "
         "so every compression is the rules engine (deterministic, extractive).",
@@ -439,7 +500,7 @@ async def main() -> None:
     write_results(
         "retention",
         "Fact retention, rules summarizer, 4,000-token budget",
-        [locomo_table, sweep, tau_table],
+        [locomo_table, sweep, tau_table, long_table],
         out=out,
         versions_used=v,
         settings={"budget": BUDGET, "engine": "rules", "quick": args.quick},

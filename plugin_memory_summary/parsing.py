@@ -17,7 +17,13 @@ from .summary_model import (
 )
 from .text import collapse_whitespace
 
-__all__ = ["parse_summary_output", "payload_from_text", "plain_text_gate", "refusal_reason"]
+__all__ = [
+    "answer_gate",
+    "parse_summary_output",
+    "payload_from_text",
+    "plain_text_gate",
+    "refusal_reason",
+]
 
 
 _FENCE = lazy_regex(r"(?s)```[A-Za-z0-9_-]*[ \t]*\n?(.*?)(?:```|\Z)")
@@ -258,6 +264,35 @@ def _error_reason(text: str) -> str | None:
     match = _ERROR_DUMP().search(text.strip()[:2000])
     if match:
         return f"error output: {collapse_whitespace(match.group())[:60]!r}"
+    return None
+
+
+_INSTRUCTIONS = lazy_regex(
+    r"(?i)\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+|the\s+)?"
+    r"(?:previous|prior|above|earlier|your|system)\s+(?:instructions?|prompts?|rules?|messages?)"
+    r"|\byou\s+are\s+now\b|\bnew\s+instructions?\s*:|\bfrom\s+now\s+on\s*,?\s+you\b"
+    r"|忽略(?:之前|以上|先前|所有)(?:的)?(?:指令|指示|提示)|从现在起你"
+)
+#: An answer must still say at least this share of the previous summary's identifiers itself.
+_KEPT_IDENTIFIERS = 0.5
+
+
+def answer_gate(text: str, previous: SummaryPayload | None) -> str | None:
+    """Why a summarizer answer (JSON or prose, as the model wrote it) must be rejected whatever
+    its form, or ``None``: it carries instructions to the agent ("ignore previous instructions",
+    "you are now ..."), which a summary of the past never needs, or it drops most of the
+    identifiers the previous summary held (a summary that forgot the booking references is no
+    summary of the same conversation, even if the merge would carry them)."""
+    match = _INSTRUCTIONS().search(text)
+    if match:
+        return f"carries instructions: {collapse_whitespace(match.group())[:60]!r}"
+    if previous is not None and len(previous.identifiers) >= 3:
+        kept = sum(1 for i in previous.identifiers if i in text)
+        if kept < _KEPT_IDENTIFIERS * len(previous.identifiers):
+            return (
+                f"dropped most identifiers of the previous summary "
+                f"({kept} of {len(previous.identifiers)} kept)"
+            )
     return None
 
 

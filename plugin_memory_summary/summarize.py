@@ -16,7 +16,7 @@ from host_stub.services import LLMService
 from .config import MemorySummaryConfig
 from .decisions import summary_growth
 from .fitting import apply_caps, fit_to_budget, render_payload
-from .parsing import parse_summary_output, payload_from_text, plain_text_gate
+from .parsing import answer_gate, parse_summary_output, payload_from_text, plain_text_gate
 from .prompts import build_summary_messages
 from .redact import RedactionError, Redactor
 from .render import render_transcript
@@ -239,6 +239,9 @@ async def _llm_merge(
         )
     if not text.strip():
         raise SummarizerError("empty answer")
+    gate = answer_gate(text, previous)
+    if gate is not None:
+        raise SummarizerError(f"answer rejected: {gate}")
     parsed = parse_summary_output(text)
     if parsed is not None and not parsed.summary.strip():
         raise SummarizerError("answer rejected: JSON without a usable summary")

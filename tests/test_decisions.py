@@ -307,3 +307,28 @@ def test_counters_after_a_run_count_what_stays_and_count_its_markers_out() -> No
     # The run's own marker comes after it (seq 11): the next turn's handler adds it back.
     assert counters_after_run(msgs, 6, 1) == (2, 10)
     assert counters_after_run([], 0, 0) == (0, 0)
+
+
+def test_p21_the_newest_user_message_stays_in_the_kept_tail() -> None:
+    """Issue 14, point 21: a small keep_recent must not leave a prompt of system, assistant and
+    tool messages only (some providers refuse a prompt without a user message)."""
+    msgs = seq(
+        [
+            Message(role="system", content="core"),
+            user("hello"),
+            Message(role="assistant", content="hi, how can I help?"),
+            user("book it"),
+            call("a"),
+            result("a"),
+            call("b"),
+            result("b"),
+            call("c"),
+            result("c"),
+        ]
+    )
+    cut = cut_point(msgs, keep_recent=2)
+    assert cut is not None
+    assert [m.role for m in cut.kept][0] == "user"
+    assert cut.kept[0].content == "book it"
+    # The newest user message is kept, and only what is older is summarized.
+    assert [m.content for m in cut.messages] == ["hello", "hi, how can I help?"]

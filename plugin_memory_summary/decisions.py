@@ -16,6 +16,7 @@ __all__ = [
     "after_compression",
     "Cut",
     "conversation_messages",
+    "core_tokens",
     "cut_point",
     "fill_keep_tokens",
     "fixed_tokens",
@@ -38,6 +39,11 @@ def conversation_messages(messages: Sequence[Message]) -> list[Message]:
     """What can be summarized: real messages that are not system messages (core memory) and not
     event markers."""
     return [m for m in messages if m.kind == "message" and m.role != "system"]
+
+
+def core_tokens(messages: Sequence[Message]) -> int:
+    """Tokens of the history's core system messages (never summarized, never archived)."""
+    return sum(m.tokens or 0 for m in messages if m.role == "system" and m.kind == "message")
 
 
 def counters_after_run(
@@ -321,8 +327,7 @@ def plan_compression(
         return CompressionPlan(skip=nothing)
     keep_tokens = keep_recent_tokens
     use_marks = bool(mark) and bool(breakdown)
-    core = sum(m.tokens or 0 for m in messages if m.role == "system" and m.kind == "message")
-    fixed = fixed_tokens(breakdown) + core
+    fixed = fixed_tokens(breakdown) + core_tokens(messages)
     if reason == "manual" and keep_tokens is None and keep_recent is None:
         # Asked for by a person or an API call: everything but the newest exchange.
         keep_tokens = 0

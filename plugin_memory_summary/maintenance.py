@@ -11,7 +11,7 @@ from typing import Literal
 from host_stub.messages import text_of
 from host_stub.services import SUMMARY_NAMESPACE, MemoryService
 
-from .decisions import conversation_messages, split_batches
+from .decisions import conversation_messages, core_tokens, split_batches
 from .pipeline import Pipeline
 from .record import SummaryRecord, build_record, dump_record, read_record
 from .summary_model import SummaryPayload
@@ -49,7 +49,9 @@ async def rebuild(pipeline: Pipeline, session_id: str) -> Rebuilt:
     payload = SummaryPayload(pinned_facts=record.payload.pinned_facts if record else [])
     state = pipeline.sessions.peek(session_id)
     budget = tokens.budget(
-        pipeline.context_window(session_id), state.breakdown if state is not None else None
+        pipeline.context_window(session_id),
+        state.breakdown if state is not None else None,
+        core_tokens(snap.messages),
     )
     lang = record.lang if record else detect_language(text_of(m.content) for m in archived[-40:])
     if archived:

@@ -275,23 +275,29 @@ _INSTRUCTIONS = lazy_regex(
 )
 #: An answer must still say at least this share of the previous summary's identifiers itself.
 _KEPT_IDENTIFIERS = 0.5
+#: ... or at least this share of its prose's length.
+_KEPT_TEXT = 0.25
 
 
 def answer_gate(text: str, previous: SummaryPayload | None) -> str | None:
     """Why a summarizer answer (JSON or prose, as the model wrote it) must be rejected whatever
     its form, or ``None``: it carries instructions to the agent ("ignore previous instructions",
     "you are now ..."), which a summary of the past never needs, or it drops most of the
-    identifiers the previous summary held (a summary that forgot the booking references is no
-    summary of the same conversation, even if the merge would carry them)."""
+    identifiers and most of the text the previous summary held (a hostile or broken answer that
+    keeps a URL is no summary of the same conversation, even if the merge would carry the
+    identifiers)."""
     match = _INSTRUCTIONS().search(text)
     if match:
         return f"carries instructions: {collapse_whitespace(match.group())[:60]!r}"
     if previous is not None and len(previous.identifiers) >= 3:
         kept = sum(1 for i in previous.identifiers if i in text)
-        if kept < _KEPT_IDENTIFIERS * len(previous.identifiers):
+        # Most identifiers and most of the text gone: not a merge of the previous summary (an
+        # answer that only forgot some identifiers gets them carried by the merge instead).
+        shrunk = len(text) < _KEPT_TEXT * len(previous.summary)
+        if kept < _KEPT_IDENTIFIERS * len(previous.identifiers) and shrunk:
             return (
-                f"dropped most identifiers of the previous summary "
-                f"({kept} of {len(previous.identifiers)} kept)"
+                f"dropped most of the previous summary ({kept} of "
+                f"{len(previous.identifiers)} identifiers kept)"
             )
     return None
 

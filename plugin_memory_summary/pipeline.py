@@ -214,7 +214,7 @@ class Pipeline:
         record = read_record(snap.record, snap.epoch)
         conv = conversation_messages(snap.messages)
         window = self.context_window(session_id)
-        budget = self.tokens.budget(window, state.breakdown)
+        budget = self.tokens.budget(window, state.breakdown, state.core_tokens)
         plan = self.plan(snap.messages, reason, state.breakdown, window, budget)
         if plan.skip is not None:
             if plan.blocked is not None:

@@ -160,7 +160,7 @@ class MemorySummaryPlugin:
         if self.config.strategy != "summary" or view.summary is None:
             return None
         # The budget the last usage breakdown gives (the view of this hook has none yet).
-        budget = self.tokens.budget(view.context_window, state.breakdown)
+        budget = self.tokens.budget(view.context_window, state.breakdown, state.core_tokens)
         cached = self.tokens.cached_block(view.session_id, view.summary.version, budget)
         if cached is None:
             record = read_record(view.summary, view.epoch)

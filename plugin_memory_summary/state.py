@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from host_stub.services import Snapshot
 
-from .decisions import conversation_messages
+from .decisions import conversation_messages, core_tokens
 from .record import read_record
 
 __all__ = ["MAX_TRACKED_SESSIONS", "SessionState", "SessionTable"]
@@ -29,6 +29,8 @@ class SessionState:
     turns_since: int | None = None
     context_window: int | None = None
     breakdown: dict[str, int] = field(default_factory=dict)
+    #: Tokens of the core system messages in the history (never compressed) at the last read.
+    core_tokens: int = 0
     cooldown_until: float = 0.0
     #: Newest seq when a watermark compression was found unable to help (the cooldown's key).
     blocked_seq: int | None = None
@@ -86,6 +88,7 @@ class SessionTable:
         conv = conversation_messages(snap.messages)
         record = read_record(snap.record, snap.epoch)
         state.active = len(conv)
+        state.core_tokens = core_tokens(snap.messages)
         state.last_seq = snap.last_seq or 0
         state.synced, state.syncing = True, False
         if record is None:

@@ -60,13 +60,16 @@ class TokenBook:
         """Tokens of the block's framing around the summary text."""
         return self.count(framing_overhead(lang, self.recall))  # remembered by count
 
-    def budget(self, context_window: int, breakdown: Mapping[str, int] | None = None) -> int:
+    def budget(
+        self, context_window: int, breakdown: Mapping[str, int] | None = None, core: int = 0
+    ) -> int:
         """The summary budget for a chat model's window (``decisions.summary_budget``), as a
         share of what the window leaves once the fixed parts of the prompt (system prompt,
-        tool definitions, reply reserve, from the host's last usage ``breakdown``) are in."""
+        tool definitions, reply reserve, from the host's last usage ``breakdown``; ``core``
+        system messages of the history) are in."""
         model = self.summary_model()
         max_out = self.llm.max_output_tokens(model) if model else None
-        fixed = fixed_tokens(breakdown or {})
+        fixed = fixed_tokens(breakdown or {}) + core
         budget = summary_budget(
             max(0, context_window - fixed),
             self.config.summary_token_ratio,

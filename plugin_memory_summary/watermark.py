@@ -8,7 +8,7 @@ import time
 from host_stub.hookspecs import PromptView
 from host_stub.services import Snapshot
 
-from .decisions import after_compression, hard_triggered
+from .decisions import after_compression, core_tokens, hard_triggered
 from .pipeline import Pipeline
 from .scheduler import Result, Scheduler
 from .state import SessionState
@@ -32,7 +32,8 @@ async def compress_before_call(
     # The same pre-flight the run makes, on the prompt's own view: when it says no compression
     # could help, the call goes on without a store read or a lease.
     window = view.context_window
-    budget = pipeline.tokens.budget(window, state.breakdown)
+    state.core_tokens = core_tokens(view.messages)
+    budget = pipeline.tokens.budget(window, state.breakdown, state.core_tokens)
     plan = pipeline.plan(view.messages, "hard", state.breakdown, window, budget)
     if plan.skip is not None:
         if plan.blocked is not None:

@@ -230,9 +230,12 @@ def test_p6_an_answer_that_drops_most_previous_identifiers_is_rejected() -> None
     from plugin_memory_summary.parsing import answer_gate
 
     previous = SummaryPayload(
-        summary="Booked.", identifiers=["K7XQ2M", "HAT136", "ZFA04Y", "mia_li_3668"]
+        summary="Mia (mia_li_3668) booked HAT136 to Seattle on 2024-05-20 with certificate "
+        "7504069; the reservation is ZFA04Y and her booking reference K7XQ2M. She prefers aisle "
+        "seats and asked about the JFK lounge, which is still open.",
+        identifiers=["K7XQ2M", "HAT136", "ZFA04Y", "mia_li_3668"],
     )
-    only_a_url = '{"summary": "See https://example.com for everything."}'
-    assert "dropped most identifiers" in (answer_gate(only_a_url, previous) or "")
+    only_a_url = '{"summary": "See https://example.com"}'
+    assert "dropped most of the previous summary" in (answer_gate(only_a_url, previous) or "")
     keeps = '{"summary": "Mia (mia_li_3668) booked HAT136, reservation ZFA04Y, ref K7XQ2M."}'
     assert answer_gate(keeps, previous) is None

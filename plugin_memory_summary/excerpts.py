@@ -127,16 +127,12 @@ class _Candidate:
         return new * self.factor + (self.bonus if new else 0.0)
 
 
-def _period(excerpt: Excerpt) -> str:
-    return excerpt.when.strip()
-
-
 def _buckets(pool: Sequence[Excerpt], limit: int) -> list[int]:
     """A period index per excerpt (``pool`` in conversation order): consecutive dates, or
     stretches of 20 messages where no date is known, merged into at most ``limit`` periods."""
     marks: list[str] = []
     for e in pool:
-        marks.append(_period(e) or f"#{e.seq // 20}")
+        marks.append(e.when.strip() or f"#{e.seq // 20}")
     periods = list(dict.fromkeys(marks))
     index = {p: i for i, p in enumerate(periods)}
     size = max(1, -(-len(periods) // max(1, limit)))
@@ -209,7 +205,7 @@ def select_excerpts(
     heap = [(-value(i), i) for i in range(len(candidates)) if i not in taken]
     heapq.heapify(heap)
     while heap and left > 0:
-        stale, i = heapq.heappop(heap)
+        _, i = heapq.heappop(heap)
         c = candidates[i]
         if c.cost > left:
             continue

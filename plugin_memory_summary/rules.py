@@ -333,9 +333,7 @@ def _summary_text(previous: SummaryPayload, overview: str, caps: PayloadCaps) ->
     return fit_lines("\n".join([*lines, overview]), caps.summary_chars)
 
 
-def _overview(
-    previous: SummaryPayload, turns: list[_Turn], excerpts: list[Excerpt], lang: str
-) -> str:
+def _overview(turns: list[_Turn], excerpts: list[Excerpt], lang: str) -> str:
     """One line: the messages covered, who speaks, the dates spanned."""
     last = max([t.seq for t in turns] + [e.seq for e in excerpts], default=0)
     generic = {"User", "Assistant", "用户", "助手"}
@@ -453,7 +451,7 @@ def rules_merge(
     new = _new_excerpts(turns, caps, lang)
     base = apply_caps(
         SummaryPayload(
-            summary=_summary_text(prev, _overview(prev, turns, [*prev.excerpts, *new], lang), caps),
+            summary=_summary_text(prev, _overview(turns, [*prev.excerpts, *new], lang), caps),
             conversation_goal=goal,
             open_questions=open_questions,
             in_progress_tasks=tasks,
@@ -483,8 +481,10 @@ def rules_merge(
     merged = apply_caps(base.model_copy(update={"excerpts": excerpts}), caps)
     # The estimate leaves out the lines' date and seq headers: drop the least important
     # excerpts until the rendering fits.
-    while merged.excerpts and count_tokens(render_payload(merged, lang)) > budget_tokens:
+    while merged.excerpts:
         over = count_tokens(render_payload(merged, lang)) - budget_tokens
+        if over <= 0:
+            break
         drop, freed = 0, 0
         while drop < len(merged.excerpts) - 1 and freed < over:
             freed += count_tokens(merged.excerpts[drop].text) + 2

@@ -384,7 +384,12 @@ def test_two_hosts_on_one_file_never_overlap_their_leases(tmp_path: Path) -> Non
     holds = [h for n in "ab" for h in procs.read_jsonl(tmp_path / f"lease-{n}.jsonl")]
     counts = _assert_no_overlap(holds)
     assert len(holds) >= 4, counts
-    assert {h["pid"] for h in holds} == {c.pid for c in kids}, "one process never held a lease"
+    # The two processes met at the lease: each held it at some point, or the one that never did
+    # was turned away by it (a run that renews its lease may keep winning the race).
+    holders = {h["pid"] for h in holds}
+    for child, per in zip(kids, statuses, strict=True):
+        met = child.pid in holders or any(s.get("reason") == LEASE_BUSY for s in per)
+        assert met, f"process {child.pid} never held the lease nor found it busy"
     finals = [s for per in statuses for s in per if s["status"] != "start"]
     starts = [s for per in statuses for s in per if s["status"] == "start"]
     assert len(finals) == len(starts), "a request without exactly one final status"

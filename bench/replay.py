@@ -19,17 +19,22 @@ from common import (
 )
 
 from host_stub.datasets import Conversation
+from host_stub.prompt import PrefixReuse, prefix_reuse, reuse_shares
 from host_stub.transcripts import split_turns
 
 
 @dataclass
 class Step:
     """One model call: the tokens of the prompt sent (as the host measured them), how many
-    conversation messages it held verbatim, and its tool-pair violations."""
+    conversation messages it held verbatim, and its tool-pair violations; the tokens of its
+    messages and how many of them repeat the previous call's prompt prefix (``None`` on a
+    session's first call)."""
 
     tokens: int
     verbatim: int
     violations: int = 0
+    prompt_tokens: int = 0
+    reused: int | None = None
 
 
 @dataclass
@@ -85,29 +90,34 @@ def baseline_runs(
     )
     wire = [m.to_openai() for m in conversation.messages]
     system_base = counter.text(SYSTEM_PROMPT)
+    head = [{"role": "system", "content": SYSTEM_PROMPT}]
+    previous: dict[str, list[dict[str, Any]]] = {}
+
+    def step(run: SystemRun, fixed: int, system: list[Any], history: list[Any], used: int) -> None:
+        prompt = [*head, *system, *history]
+        reuse = prefix_reuse(previous.get(run.name), prompt, counter.stored)
+        run.steps.append(
+            Step(
+                fixed + used,
+                len(history),
+                tool_pair_violations(history),
+                reuse.tokens,
+                reuse.reused if run.name in previous else None,
+            )
+        )
+        previous[run.name] = prompt
+
     for pos in step_positions(conversation):
         before = wire[:pos]
         system = [m for m in before if m["role"] == "system"]
         history = [m for m in before if m["role"] != "system"]
         fixed = system_base + sum(counter.stored(m) for m in system)
         tokens = [counter.stored(m) for m in history]
-        none.steps.append(Step(fixed + sum(tokens), len(history), tool_pair_violations(history)))
+        step(none, fixed, system, history, sum(tokens))
         start = sliding_window(history, budget, fixed, tokens, keep_groups=True)
-        window.steps.append(
-            Step(
-                fixed + sum(tokens[start:]),
-                len(history) - start,
-                tool_pair_violations(history[start:]),
-            )
-        )
+        step(window, fixed, system, history[start:], sum(tokens[start:]))
         start = sliding_window(history, budget, fixed, tokens, keep_groups=False)
-        naive.steps.append(
-            Step(
-                fixed + sum(tokens[start:]),
-                len(history) - start,
-                tool_pair_violations(history[start:]),
-            )
-        )
+        step(naive, fixed, system, history[start:], sum(tokens[start:]))
     return none, window, naive
 
 
@@ -133,6 +143,8 @@ async def replay_through_host(
                     usage.used - usage.breakdown.reserved_for_reply,
                     verbatim_count(prompt),
                     tool_pair_violations(prompt),
+                    usage.message_tokens,
+                    usage.reused_tokens,
                 )
             )
         if drain:
@@ -152,3 +164,18 @@ def summarize_steps(runs: Sequence[SystemRun]) -> dict[str, float]:
         "verbatim": sum(s.verbatim for s in steps) / max(1, len(steps)),
         "violations": sum(s.violations for s in steps),
     }
+
+
+def prefix_reuse_of(runs: Sequence[SystemRun]) -> tuple[int, float, float]:
+    """Over every call after a session's first: (calls, share of prompt tokens that repeat the
+    previous call's prompt prefix pooled over the calls, median of the per-call shares)."""
+    calls = [
+        PrefixReuse(s.reused, s.prompt_tokens)
+        for r in runs
+        for s in r.steps
+        if s.reused is not None
+    ]
+    shares = reuse_shares(calls)
+    if shares is None:
+        return 0, float("nan"), float("nan")
+    return len(calls), shares[0], shares[1]

@@ -7,7 +7,8 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +22,13 @@ from .config import ConfigError, HostConfig
 from .hookspecs import AgentTool, Contribution, PromptView, ToolContext
 from .messages import Message, ToolCall, ToolCallFunction
 from .plugins import LoadedPlugin, check_services, get_plugin_manager, plugin_config
-from .prompt import apply_replacements, assemble_prompt, history_breakdown, sanitize_tool_pairs
+from .prompt import (
+    apply_replacements,
+    assemble_prompt,
+    history_breakdown,
+    prefix_reuse,
+    sanitize_tool_pairs,
+)
 from .services import LLMService, MemoryService, Snapshot
 from .session_ids import check_session_id
 from .tools import ToolRegistry
@@ -32,6 +39,10 @@ log = logging.getLogger("host_stub.host")
 
 #: Used to size the window and count tokens when the host has no chat model (replay only).
 REPLAY_MODEL = "gpt-4o-mini"
+
+#: Sessions whose last prompt sent the host keeps to measure the next one's prefix reuse (the
+#: least recently used go first).
+LAST_PROMPTS = 1024
 
 
 class MemoryMessageArchive:
@@ -129,6 +140,8 @@ class Host:
         self._tool_def_tokens: int | None = None
         #: Names of the tools plugins added through ``agent_tools``.
         self.plugin_tools: set[str] = set()
+        #: Per session, the last prompt the agent loop sent (see ``TokenUsage.reused_tokens``).
+        self._last_sent: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
         self._started = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -255,6 +268,10 @@ class Host:
 
     def count_text(self, text: str) -> int:
         return self.llm.count_tokens(text, self.model)
+
+    def _count_wire(self, message: Mapping[str, Any]) -> int:
+        """One OpenAI-format message, counted as a stored message is."""
+        return self.llm.count_tokens([dict(message)], self.model)
 
     def context_window(self) -> int:
         """The chat model's window, in the provider's tokens."""
@@ -414,20 +431,43 @@ class Host:
         compression), the snapshot is read again and compared."""
         writes = self._writes.of(session_id)
         snap, prompt, usage, view = await self.build_prompt(session_id)
+        usage = self._with_reuse(session_id, prompt, usage)
         await self.bus.send(signals.TOKEN_USAGE, **usage.model_dump())
         result.usage.append(usage)
         await self._before_model_call(view)
-        if self._writes.of(session_id) == writes:
-            result.sent.append(prompt)
-            return prompt
-        again = await self.memory.snapshot(session_id)
-        if snapshot_key(again) != snapshot_key(snap):
-            snap, prompt, usage, view = await self.build_prompt(session_id)
-            usage = usage.model_copy(update={"rebuilt": True})
-            await self.bus.send(signals.TOKEN_USAGE, **usage.model_dump())
-            result.usage.append(usage)
+        if self._writes.of(session_id) != writes:
+            again = await self.memory.snapshot(session_id)
+            if snapshot_key(again) != snapshot_key(snap):
+                snap, prompt, usage, view = await self.build_prompt(session_id)
+                usage = self._with_reuse(session_id, prompt, usage, rebuilt=True)
+                await self.bus.send(signals.TOKEN_USAGE, **usage.model_dump())
+                result.usage.append(usage)
         result.sent.append(prompt)
+        self._last_sent[session_id] = prompt
+        self._last_sent.move_to_end(session_id)
+        while len(self._last_sent) > LAST_PROMPTS:
+            self._last_sent.popitem(last=False)
         return prompt
+
+    def _with_reuse(
+        self,
+        session_id: str,
+        prompt: list[dict[str, Any]],
+        usage: signals.TokenUsage,
+        *,
+        rebuilt: bool = False,
+    ) -> signals.TokenUsage:
+        """``usage`` with the prompt's message tokens and the prefix it shares with the last
+        prompt sent in the session."""
+        previous = self._last_sent.get(session_id)
+        reuse = prefix_reuse(previous, prompt, self._count_wire)
+        return usage.model_copy(
+            update={
+                "message_tokens": reuse.tokens,
+                "reused_tokens": reuse.reused if previous is not None else None,
+                "rebuilt": rebuilt,
+            }
+        )
 
     # -- turns -------------------------------------------------------------------------------
     async def run_turn(

@@ -3,6 +3,7 @@ call), and the baselines computed for the same steps from the conversation alone
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,9 @@ class Step:
     violations: int = 0
     prompt_tokens: int = 0
     reused: int | None = None
+    #: Tokens of the conversation messages the previous call's prompt did not hold (what no
+    #: prompt cache could have served).
+    new: int = 0
 
 
 @dataclass
@@ -95,14 +99,16 @@ def baseline_runs(
 
     def step(run: SystemRun, fixed: int, system: list[Any], history: list[Any], used: int) -> None:
         prompt = [*head, *system, *history]
-        reuse = prefix_reuse(previous.get(run.name), prompt, counter.stored)
+        before = previous.get(run.name)
+        reuse = prefix_reuse(before, prompt, counter.stored)
         run.steps.append(
             Step(
                 fixed + used,
                 len(history),
                 tool_pair_violations(history),
                 reuse.tokens,
-                reuse.reused if run.name in previous else None,
+                reuse.reused if before is not None else None,
+                new_tokens(before, prompt, counter.stored),
             )
         )
         previous[run.name] = prompt
@@ -133,6 +139,11 @@ async def replay_through_host(
     stand in for the model, the plugin runs for real. Steps are what the host measured
     (``TurnResult.usage``) and sent (``TurnResult.sent``)."""
     run = SystemRun("plugin")
+    previous: list[dict[str, Any]] | None = None
+
+    def count(m: dict[str, Any]) -> int:
+        return int(rig.llm.count_tokens([m]))
+
     for inputs, recorded in split_turns(conversation.messages):
         result = await rig.host.run_turn(session_id, inputs, recorded=recorded)
         if result.error:
@@ -145,8 +156,10 @@ async def replay_through_host(
                     tool_pair_violations(prompt),
                     usage.message_tokens,
                     usage.reused_tokens,
+                    new_tokens(previous, prompt, count),
                 )
             )
+            previous = prompt
         if drain:
             await rig.drain()
         if after_turn is not None:
@@ -166,16 +179,45 @@ def summarize_steps(runs: Sequence[SystemRun]) -> dict[str, float]:
     }
 
 
-def prefix_reuse_of(runs: Sequence[SystemRun]) -> tuple[int, float, float]:
-    """Over every call after a session's first: (calls, share of prompt tokens that repeat the
-    previous call's prompt prefix pooled over the calls, median of the per-call shares)."""
-    calls = [
-        PrefixReuse(s.reused, s.prompt_tokens)
-        for r in runs
-        for s in r.steps
-        if s.reused is not None
-    ]
+def new_tokens(
+    previous: Sequence[dict[str, Any]] | None,
+    prompt: Sequence[dict[str, Any]],
+    count: Callable[[dict[str, Any]], int],
+) -> int:
+    """Tokens of the conversation messages (not system messages) of ``prompt`` that
+    ``previous`` did not hold, each message matched once."""
+    held = Counter(repr(m) for m in previous or ())
+    total = 0
+    for m in prompt:
+        key = repr(m)
+        if held[key]:
+            held[key] -= 1
+        elif m.get("role") != "system":
+            total += count(m)
+    return total
+
+
+@dataclass
+class PrefixReuseRow:
+    """Over every call after a session's first: the calls, the share of their prompt tokens
+    that repeat the previous call's prompt prefix (pooled, and the median per call), and the
+    share that were new messages (no cache could serve those): the rest was sent again."""
+
+    calls: int
+    reused: float
+    median: float
+    new: float
+
+    @property
+    def resent(self) -> float:
+        return 1 - self.reused - self.new
+
+
+def prefix_reuse_of(runs: Sequence[SystemRun]) -> PrefixReuseRow:
+    steps = [s for r in runs for s in r.steps if s.reused is not None]
+    calls = [PrefixReuse(s.reused or 0, s.prompt_tokens) for s in steps]
     shares = reuse_shares(calls)
     if shares is None:
-        return 0, float("nan"), float("nan")
-    return len(calls), shares[0], shares[1]
+        return PrefixReuseRow(0, float("nan"), float("nan"), float("nan"))
+    new = sum(s.new for s in steps) / sum(s.prompt_tokens for s in steps)
+    return PrefixReuseRow(len(calls), shares[0], shares[1], new)

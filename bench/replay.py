@@ -36,9 +36,74 @@ class Step:
     violations: int = 0
     prompt_tokens: int = 0
     reused: int | None = None
-    #: Tokens of the conversation messages the previous call's prompt did not hold (what no
-    #: prompt cache could have served).
+    change: PromptChange | None = None
+
+    @property
+    def new(self) -> int:
+        return self.change.new if self.change else 0
+
+
+#: How the plugin's summary block opens (the bench knows the plugin; the host does not).
+SUMMARY_OPEN = "<conversation-summary"
+
+
+def _is_summary(m: dict[str, Any] | None) -> bool:
+    return m is not None and m.get("role") == "system" and SUMMARY_OPEN in str(m.get("content"))
+
+
+@dataclass
+class PromptChange:
+    """How a prompt differs from the previous call's. ``new``: tokens of the conversation
+    messages the previous prompt did not hold (no prompt cache could serve them). ``where``: the
+    first message that differs: ``""`` (the prompt only grew), ``summary block``, ``tool result
+    placeholder`` (the same tool result shown otherwise) or ``history start`` (anything else:
+    a window's dropped message, an archived head). At a summary-block change, ``block`` is the
+    new block's tokens, ``block_reused`` those that open it as the old one opened, and
+    ``block_lines_kept`` the tokens of its lines that the old block had too (anywhere)."""
+
     new: int = 0
+    where: str = ""
+    block: int = 0
+    block_reused: int = 0
+    block_lines_kept: int = 0
+
+
+def prompt_change(
+    previous: Sequence[dict[str, Any]],
+    prompt: Sequence[dict[str, Any]],
+    count: Callable[[dict[str, Any]], int],
+) -> PromptChange:
+    held = Counter(repr(m) for m in previous)
+    change = PromptChange()
+    for m in prompt:
+        key = repr(m)
+        if held[key]:
+            held[key] -= 1
+        elif m.get("role") != "system":
+            change.new += count(m)
+    k = next(
+        (i for i, (a, b) in enumerate(zip(previous, prompt, strict=False)) if a != b),
+        min(len(previous), len(prompt)),
+    )
+    if k >= len(previous) or k >= len(prompt):
+        return change
+    old, now = previous[k], prompt[k]
+    if _is_summary(old) or _is_summary(now):
+        change.where = "summary block"
+        if _is_summary(now):
+            change.block = count(now)
+            if _is_summary(old):
+                change.block_reused = prefix_reuse([old], [now], count).reused
+                lines = set(str(old["content"]).splitlines())
+                kept = [x for x in str(now["content"]).splitlines() if x in lines]
+                change.block_lines_kept = count({"role": "system", "content": "\n".join(kept)})
+    elif old.get("role") == now.get("role") == "tool" and (
+        old.get("tool_call_id") == now.get("tool_call_id")
+    ):
+        change.where = "tool result placeholder"
+    else:
+        change.where = "history start"
+    return change
 
 
 @dataclass
@@ -108,7 +173,7 @@ def baseline_runs(
                 tool_pair_violations(history),
                 reuse.tokens,
                 reuse.reused if before is not None else None,
-                new_tokens(before, prompt, counter.stored),
+                prompt_change(before, prompt, counter.stored) if before is not None else None,
             )
         )
         previous[run.name] = prompt
@@ -156,7 +221,7 @@ async def replay_through_host(
                     tool_pair_violations(prompt),
                     usage.message_tokens,
                     usage.reused_tokens,
-                    new_tokens(previous, prompt, count),
+                    prompt_change(previous, prompt, count) if previous is not None else None,
                 )
             )
             previous = prompt
@@ -177,24 +242,6 @@ def summarize_steps(runs: Sequence[SystemRun]) -> dict[str, float]:
         "verbatim": sum(s.verbatim for s in steps) / max(1, len(steps)),
         "violations": sum(s.violations for s in steps),
     }
-
-
-def new_tokens(
-    previous: Sequence[dict[str, Any]] | None,
-    prompt: Sequence[dict[str, Any]],
-    count: Callable[[dict[str, Any]], int],
-) -> int:
-    """Tokens of the conversation messages (not system messages) of ``prompt`` that
-    ``previous`` did not hold, each message matched once."""
-    held = Counter(repr(m) for m in previous or ())
-    total = 0
-    for m in prompt:
-        key = repr(m)
-        if held[key]:
-            held[key] -= 1
-        elif m.get("role") != "system":
-            total += count(m)
-    return total
 
 
 @dataclass
@@ -221,3 +268,32 @@ def prefix_reuse_of(runs: Sequence[SystemRun]) -> PrefixReuseRow:
         return PrefixReuseRow(0, float("nan"), float("nan"), float("nan"))
     new = sum(s.new for s in steps) / sum(s.prompt_tokens for s in steps)
     return PrefixReuseRow(len(calls), shares[0], shares[1], new)
+
+
+def changes_of(runs: Sequence[SystemRun]) -> dict[str, tuple[int, float]]:
+    """Per first change (``PromptChange.where``) over every call after a session's first: the
+    calls, and the tokens they sent again (neither reused nor new) as a share of all the calls'
+    prompt tokens."""
+    steps = [s for r in runs for s in r.steps if s.reused is not None]
+    total = sum(s.prompt_tokens for s in steps) or 1
+    out: dict[str, tuple[int, int]] = {}
+    for s in steps:
+        where = s.change.where if s.change else ""
+        calls, tokens = out.get(where, (0, 0))
+        out[where] = (calls + 1, tokens + max(0, s.prompt_tokens - (s.reused or 0) - s.new))
+    return {where: (calls, tokens / total) for where, (calls, tokens) in out.items()}
+
+
+def summary_changes_of(runs: Sequence[SystemRun]) -> dict[str, float]:
+    """Means over the calls whose first change is the summary block: the prompt's tokens, the
+    block's, the block's tokens that open it as the previous block opened, and the block's
+    tokens in lines the previous block had too."""
+    steps = [s for r in runs for s in r.steps if s.change is not None and s.change.block]
+    n = len(steps) or 1
+    return {
+        "calls": len(steps),
+        "prompt": sum(s.prompt_tokens for s in steps) / n,
+        "block": sum(s.change.block for s in steps if s.change) / n,
+        "block_reused": sum(s.change.block_reused for s in steps if s.change) / n,
+        "block_lines_kept": sum(s.change.block_lines_kept for s in steps if s.change) / n,
+    }

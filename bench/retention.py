@@ -51,8 +51,10 @@ from fakes import BenchLLM  # noqa: E402
 from replay import (  # noqa: E402
     SystemRun,
     baseline_runs,
+    changes_of,
     prefix_reuse_of,
     replay_through_host,
+    summary_changes_of,
 )
 from settings import DEFAULT, RECOMMENDED, SETTINGS, quick_settings  # noqa: E402
 
@@ -548,6 +550,41 @@ async def main() -> None:
             round(row.new, 3),
             round(row.resent, 3),
         )
+    change_table = Table(
+        "Where each call's prompt first differs from the previous call's (calls after a "
+        "session's first), and the tokens sent again after that point, as a share of all the "
+        "calls' prompt tokens",
+        ["data", "system", "first change", "calls", "sent again (share of all prompt tokens)"],
+    )
+    block_table = Table(
+        "The plugin's calls whose prompt first differs at the summary block (a compression), "
+        "means per call, in tokens",
+        [
+            "data",
+            "system",
+            "calls",
+            "prompt",
+            "summary block",
+            "block reused from its start",
+            "block in lines the previous block had",
+        ],
+    )
+    for (data, system), runs in calls.items():
+        if system == "no compression":
+            continue
+        for where, (n, share) in sorted(changes_of(runs).items()):
+            change_table.add(data_names[data], system, where or "(only grew)", n, round(share, 3))
+        block = summary_changes_of(runs)
+        if block["calls"]:
+            block_table.add(
+                data_names[data],
+                system,
+                block["calls"],
+                round(block["prompt"]),
+                round(block["block"]),
+                round(block["block_reused"]),
+                round(block["block_lines_kept"]),
+            )
 
     notes = [
         f"Budget: host context_window {BUDGET}, reserve_for_reply 0; summarizer: none configured, "
@@ -568,7 +605,7 @@ async def main() -> None:
     write_results(
         "retention",
         "Fact retention, rules summarizer, 4,000-token budget",
-        [locomo_table, sweep, tau_table, long_table, reuse_table],
+        [locomo_table, sweep, tau_table, long_table, reuse_table, change_table, block_table],
         out=out,
         versions_used=v,
         settings={"budget": BUDGET, "engine": "rules", "quick": args.quick},

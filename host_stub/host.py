@@ -28,6 +28,7 @@ from .prompt import (
     history_breakdown,
     prefix_reuse,
     sanitize_tool_pairs,
+    shared_messages,
 )
 from .services import LLMService, MemoryService, Snapshot
 from .session_ids import check_session_id
@@ -40,9 +41,18 @@ log = logging.getLogger("host_stub.host")
 #: Used to size the window and count tokens when the host has no chat model (replay only).
 REPLAY_MODEL = "gpt-4o-mini"
 
-#: Sessions whose last prompt sent the host keeps to measure the next one's prefix reuse (the
-#: least recently used go first).
-LAST_PROMPTS = 1024
+#: Characters of the last prompts sent that the host keeps, to measure each session's next
+#: prompt's prefix reuse (the least recently used sessions go first).
+LAST_PROMPTS_CHARS = 16_000_000
+
+
+@dataclass
+class SentPrompt:
+    """The last prompt sent in a session, each message's tokens, and its characters."""
+
+    messages: list[dict[str, Any]]
+    tokens: list[int]
+    chars: int
 
 
 class MemoryMessageArchive:
@@ -141,7 +151,8 @@ class Host:
         #: Names of the tools plugins added through ``agent_tools``.
         self.plugin_tools: set[str] = set()
         #: Per session, the last prompt the agent loop sent (see ``TokenUsage.reused_tokens``).
-        self._last_sent: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+        self._last_sent: OrderedDict[str, SentPrompt] = OrderedDict()
+        self._last_sent_chars = 0
         self._started = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -431,7 +442,7 @@ class Host:
         compression), the snapshot is read again and compared."""
         writes = self._writes.of(session_id)
         snap, prompt, usage, view = await self.build_prompt(session_id)
-        usage = self._with_reuse(session_id, prompt, usage)
+        usage, tokens = self._with_reuse(session_id, prompt, usage)
         await self.bus.send(signals.TOKEN_USAGE, **usage.model_dump())
         result.usage.append(usage)
         await self._before_model_call(view)
@@ -439,14 +450,11 @@ class Host:
             again = await self.memory.snapshot(session_id)
             if snapshot_key(again) != snapshot_key(snap):
                 snap, prompt, usage, view = await self.build_prompt(session_id)
-                usage = self._with_reuse(session_id, prompt, usage, rebuilt=True)
+                usage, tokens = self._with_reuse(session_id, prompt, usage, rebuilt=True)
                 await self.bus.send(signals.TOKEN_USAGE, **usage.model_dump())
                 result.usage.append(usage)
         result.sent.append(prompt)
-        self._last_sent[session_id] = prompt
-        self._last_sent.move_to_end(session_id)
-        while len(self._last_sent) > LAST_PROMPTS:
-            self._last_sent.popitem(last=False)
+        self._remember_sent(session_id, prompt, tokens)
         return prompt
 
     def _with_reuse(
@@ -456,18 +464,32 @@ class Host:
         usage: signals.TokenUsage,
         *,
         rebuilt: bool = False,
-    ) -> signals.TokenUsage:
+    ) -> tuple[signals.TokenUsage, list[int]]:
         """``usage`` with the prompt's message tokens and the prefix it shares with the last
-        prompt sent in the session."""
-        previous = self._last_sent.get(session_id)
-        reuse = prefix_reuse(previous, prompt, self._count_wire)
-        return usage.model_copy(
-            update={
-                "message_tokens": reuse.tokens,
-                "reused_tokens": reuse.reused if previous is not None else None,
-                "rebuilt": rebuilt,
-            }
-        )
+        prompt sent in the session, and each message's tokens. Only the messages after the
+        shared ones are counted: the others' counts are the last prompt's."""
+        last = self._last_sent.get(session_id)
+        if last is None:
+            tokens = [self._count_wire(m) for m in prompt]
+            reused = None
+        else:
+            same = shared_messages(last.messages, prompt)
+            tokens = [*last.tokens[:same], *(self._count_wire(m) for m in prompt[same:])]
+            reused = prefix_reuse(last.messages, prompt, self._count_wire, tokens=tokens).reused
+        update = {"message_tokens": sum(tokens), "reused_tokens": reused, "rebuilt": rebuilt}
+        return usage.model_copy(update=update), tokens
+
+    def _remember_sent(
+        self, session_id: str, prompt: list[dict[str, Any]], tokens: list[int]
+    ) -> None:
+        chars = sum(len(m["content"]) for m in prompt if isinstance(m.get("content"), str))
+        old = self._last_sent.pop(session_id, None)
+        self._last_sent_chars -= old.chars if old is not None else 0
+        self._last_sent[session_id] = SentPrompt(prompt, tokens, chars)
+        self._last_sent_chars += chars
+        while self._last_sent_chars > LAST_PROMPTS_CHARS and len(self._last_sent) > 1:
+            _, evicted = self._last_sent.popitem(last=False)
+            self._last_sent_chars -= evicted.chars
 
     # -- turns -------------------------------------------------------------------------------
     async def run_turn(

@@ -20,6 +20,7 @@ __all__ = [
     "prefix_reuse",
     "reuse_shares",
     "sanitize_tool_pairs",
+    "shared_messages",
 ]
 
 HEAD_ANCHORS = ("identity", "knowledge", "context")
@@ -173,26 +174,36 @@ class PrefixReuse(NamedTuple):
     tokens: int
 
 
-def prefix_reuse(
-    previous: Sequence[Mapping[str, Any]] | None,
-    current: Sequence[Mapping[str, Any]],
-    count_message: Callable[[Mapping[str, Any]], int],
-) -> PrefixReuse:
-    """The tokens of ``current`` (OpenAI-format messages, each counted with ``count_message``)
-    that are a common prefix with ``previous``: every leading message equal to the previous
-    prompt's message at the same place, then, in the first message that differs (same role),
-    its role and the leading characters of its text the two share. No previous prompt reuses
-    nothing."""
-    tokens = [count_message(m) for m in current]
-    total = sum(tokens)
-    if not previous:
-        return PrefixReuse(0, total)
+def shared_messages(
+    previous: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]]
+) -> int:
+    """How many leading messages of ``current`` equal ``previous``'s at the same place."""
     same = 0
     for before, now in zip(previous, current, strict=False):
         if before != now:
             break
         same += 1
-    reused = sum(tokens[:same])
+    return same
+
+
+def prefix_reuse(
+    previous: Sequence[Mapping[str, Any]] | None,
+    current: Sequence[Mapping[str, Any]],
+    count_message: Callable[[Mapping[str, Any]], int],
+    *,
+    tokens: Sequence[int] | None = None,
+) -> PrefixReuse:
+    """The tokens of ``current`` (OpenAI-format messages, each counted with ``count_message``,
+    or given in ``tokens`` when the caller knows them) that are a common prefix with
+    ``previous``: every leading message equal to the previous prompt's message at the same
+    place, then, in the first message that differs (same role), its role and the leading
+    characters of its text the two share. No previous prompt reuses nothing."""
+    counts = list(tokens) if tokens is not None else [count_message(m) for m in current]
+    total = sum(counts)
+    if not previous:
+        return PrefixReuse(0, total)
+    same = shared_messages(previous, current)
+    reused = sum(counts[:same])
     if same < len(current) and same < len(previous):
         before, now = previous[same], current[same]
         if before.get("role") == now.get("role"):
@@ -200,7 +211,7 @@ def prefix_reuse(
             a, b = before.get("content"), now.get("content")
             if isinstance(a, str) and isinstance(b, str):
                 head["content"] = os.path.commonprefix([a, b])
-            reused += min(count_message(head), tokens[same])
+            reused += min(count_message(head), counts[same])
     return PrefixReuse(reused, total)
 
 

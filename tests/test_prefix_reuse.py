@@ -261,3 +261,60 @@ async def test_a_replay_with_the_plugin_reports_prefix_reuse() -> None:
         line,
     ), line
     assert tuple(report.to_dict()["with_plugin"]["prefix_reuse"]) == (pooled, median)
+
+
+class CountingLLM(ScriptedLLM):
+    """Counts the messages the host counts one by one (``count_tokens([message])``)."""
+
+    def __init__(self) -> None:
+        super().__init__(default="ok")
+        self.counted: list[Any] = []
+
+    def count_tokens(self, messages_or_text: Any, model: str | None = None) -> int:
+        if isinstance(messages_or_text, list) and len(messages_or_text) == 1:
+            self.counted.append(messages_or_text[0])
+        return super().count_tokens(messages_or_text, model)
+
+
+async def test_only_the_messages_after_the_shared_prefix_are_counted_again() -> None:
+    config = HostConfig.model_validate({"host": {"model": "fake/chat"}, "plugins": {"allow": []}})
+    llm = CountingLLM()
+    memory = InMemoryMemory(token_counter=lambda m: 7)
+    host = await Host(config, memory=memory, llm=llm).start()
+    try:
+        for i in range(30):
+            await host.run_turn("s", f"q{i}", recorded=[Message(role="assistant", content="a")])
+        llm.counted.clear()
+        result = await host.run_turn("s", "last", recorded=[Message(role="assistant", content="b")])
+    finally:
+        await host.stop()
+    (usage,) = result.usage
+    # The prompt holds the system prompt and 61 messages; two are new since the last call: the
+    # reply to it and the new question.
+    new = [{"role": "assistant", "content": "a"}, {"role": "user", "content": "last"}]
+    assert len(result.sent[0]) == 62 and llm.counted == new
+    assert usage.message_tokens == sum(llm.count_tokens([m]) for m in result.sent[0])
+    assert usage.reused_tokens == usage.message_tokens - sum(llm.count_tokens([m]) for m in new)
+
+
+async def test_the_oldest_sessions_prompts_are_forgotten_past_the_character_budget(
+    monkeypatch: Any,
+) -> None:
+    from host_stub import host as host_module
+
+    monkeypatch.setattr(host_module, "LAST_PROMPTS_CHARS", 150)
+    config = HostConfig.model_validate({"host": {"model": "fake/chat"}, "plugins": {"allow": []}})
+    llm = ScriptedLLM(default="ok")
+    memory = InMemoryMemory(token_counter=lambda m: llm.count_tokens([m]))
+    host = await Host(config, memory=memory, llm=llm).start()
+    reply = [Message(role="assistant", content="fine")]
+    try:
+        await host.run_turn("a", "x" * 60, recorded=reply)
+        await host.run_turn("b", "y" * 60, recorded=reply)
+        again_b = await host.run_turn("b", "more", recorded=reply)
+        # a's prompt (about 90 characters with the system prompt) was dropped to keep b's two.
+        again_a = await host.run_turn("a", "more", recorded=reply)
+    finally:
+        await host.stop()
+    assert again_b.usage[0].reused_tokens is not None
+    assert again_a.usage[0].reused_tokens is None

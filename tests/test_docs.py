@@ -48,7 +48,9 @@ def test_readme_is_up_to_date_with_the_generator() -> None:
 
 def test_readme_has_every_generated_section() -> None:
     text = readme()
-    for name in docgen.SECTIONS:
+    assert set(docgen.SECTIONS) == {"hooks", "signals", "services"}
+    assert "config" in docgen.sections()  # the plugin's, through its docs_sections hook
+    for name in docgen.sections():
         assert f"<!-- BEGIN GENERATED: {name} -->" in text
         assert f"<!-- END GENERATED: {name} -->" in text
 
@@ -60,6 +62,9 @@ def test_every_hook_signal_and_config_key_is_in_the_readme() -> None:
         "startup",
         "plugin_config_schema",
         "register_commands",
+        "plugin_models",
+        "docs_sections",
+        "chat_commands",
         "agent_prompt",
         "agent_tools",
         "before_model_call",
@@ -86,7 +91,8 @@ def test_every_service_method_is_described() -> None:
 
 
 def test_config_table_shows_ranges_choices_and_aalis_names() -> None:
-    rows = {line.split("|")[1].strip(): line for line in docgen.render_config().splitlines()[2:]}
+    table = docgen.sections()["config"]()
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines()[2:]}
     assert "2 ≤ x ≤ 100 000" in rows["`threshold`"] and "`keepRecent`" in rows["`keep_recent`"]
     assert "0 < x ≤ 1" in rows["`summary_token_ratio`"]
     assert "`summary` / `window` / `off`" in rows["`strategy`"]

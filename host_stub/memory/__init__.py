@@ -5,10 +5,10 @@
   file in WAL mode, safe for several processes on one machine.
 - ``postgresql://user:password@host:5432/db`` (or ``postgres://``; ``?schema=name`` picks a
   PostgreSQL schema): :class:`~host_stub.memory.postgres.PostgresMemory`, on asyncpg (install
-  ``plugin-memory-summary[postgres]``), for several host processes on several machines.
+  the ``postgres`` extra), for several host processes on several machines.
 - ``redis://[:password@]host:6379/0`` (or ``rediss://`` for TLS; ``?prefix=name:`` picks the key
   prefix, default ``hs:``): :class:`~host_stub.memory.redis.RedisMemory`, on redis-py asyncio
-  (install ``plugin-memory-summary[redis]``), for several host processes on several machines.
+  (install the ``redis`` extra), for several host processes on several machines.
 
 Plugins never import this package; they receive a :class:`~host_stub.services.MemoryService`.
 """
@@ -34,6 +34,15 @@ def _shown(url: str) -> str:
     return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", url)
 
 
+def _install(extra: str, package: str) -> str:
+    """How to install a backend's driver: the ``extra`` of the distribution that ships this
+    package, or the driver's own ``package`` when that distribution is not known."""
+    from importlib.metadata import packages_distributions
+
+    shipped = packages_distributions().get(__name__.partition(".")[0]) or []
+    return f"pip install '{shipped[0]}[{extra}]'" if shipped else f"pip install {package}"
+
+
 def open_memory(url: str, token_counter: Callable[[Message], int]) -> MemoryService:
     """The memory backend for ``url``; ``token_counter`` counts a message once, at append.
 
@@ -55,8 +64,7 @@ def open_memory(url: str, token_counter: Callable[[Message], int]) -> MemoryServ
             if exc.name != "asyncpg":
                 raise
             raise ModuleNotFoundError(
-                "the PostgreSQL memory backend needs asyncpg: "
-                "pip install 'plugin-memory-summary[postgres]'",
+                f"the PostgreSQL memory backend needs asyncpg: {_install('postgres', 'asyncpg')}",
                 name="asyncpg",
             ) from None
         return PostgresMemory(url, token_counter)
@@ -67,8 +75,7 @@ def open_memory(url: str, token_counter: Callable[[Message], int]) -> MemoryServ
             if exc.name is None or exc.name.partition(".")[0] != "redis":
                 raise
             raise ModuleNotFoundError(
-                "the Redis memory backend needs redis-py: "
-                "pip install 'plugin-memory-summary[redis]'",
+                f"the Redis memory backend needs redis-py: {_install('redis', 'redis')}",
                 name="redis",
             ) from None
         return RedisMemory(url, token_counter)

@@ -15,23 +15,18 @@ Plugins never import this package; they receive a :class:`~host_stub.services.Me
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from urllib.parse import unquote
 
 from ..messages import Message
 from ..services import MemoryService
+from ._common import redact_url
 from .inmemory import InMemoryMemory
 from .sqlite import SQLiteMemory
 
 __all__ = ["InMemoryMemory", "SQLiteMemory", "open_memory"]
 
 SCHEMES = "memory://, sqlite:///, postgresql://, redis://"
-
-
-def _shown(url: str) -> str:
-    """The URL as errors show it: a password never appears."""
-    return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", url)
 
 
 def _install(extra: str, package: str) -> str:
@@ -51,7 +46,9 @@ def open_memory(url: str, token_counter: Callable[[Message], int]) -> MemoryServ
     """
     scheme, sep, rest = url.partition("://")
     if not sep:
-        raise ValueError(f"memory URL {_shown(url)!r} has no scheme (expected one of {SCHEMES})")
+        raise ValueError(
+            f"memory URL {redact_url(url)!r} has no scheme (expected one of {SCHEMES})"
+        )
     scheme = scheme.lower()
     if scheme == "memory":
         return InMemoryMemory(token_counter)
@@ -80,7 +77,8 @@ def open_memory(url: str, token_counter: Callable[[Message], int]) -> MemoryServ
             ) from None
         return RedisMemory(url, token_counter)
     raise ValueError(
-        f"memory URL {_shown(url)!r} has an unknown scheme {scheme!r} (expected one of {SCHEMES})"
+        f"memory URL {redact_url(url)!r} has an unknown scheme {scheme!r} "
+        f"(expected one of {SCHEMES})"
     )
 
 

@@ -47,7 +47,7 @@ from common import (  # noqa: E402
     words,
     write_results,
 )
-from fakes import BenchLLM  # noqa: E402
+from fakes import bench_llm  # noqa: E402
 from replay import replay_through_host  # noqa: E402
 from settings import DEFAULT, RECOMMENDED, SETTINGS, quick_settings  # noqa: E402
 
@@ -129,7 +129,7 @@ async def plugin_final_context(
 ) -> tuple[str, str, set[int], dict[str, Any]]:
     """Replay with the rules engine; the dry-run prompt after the last turn: its whole text, its
     text without the summary, and which conversation messages it holds verbatim."""
-    llm = BenchLLM(counter=counter, default_model=None)  # no summarizer model: the rules engine
+    llm = bench_llm(counter=counter, default_model=None)  # no summarizer model: the rules engine
     rig = await make_rig(llm, config)
     try:
         await replay_through_host(rig, conversation, conversation.name, drain=True)
@@ -222,7 +222,7 @@ async def tau_plugin(
     conversation: Conversation, config: dict[str, Any], counter: TokenCounter
 ) -> TauScore:
     ids = tau_action_identifiers(conversation)
-    llm = BenchLLM(counter=counter, default_model=None)
+    llm = bench_llm(counter=counter, default_model=None)
     rig = await make_rig(llm, config)
     score = TauScore()
     session = conversation.name
@@ -299,7 +299,7 @@ async def tau_long_chat(
         messages += [m for m in t.messages if m.role != "system"] if messages else list(t.messages)
         ids |= tau_action_identifiers(t)
     conversation = Conversation("tau-long", messages)
-    rig = await make_rig(BenchLLM(counter=counter, default_model=None), config)
+    rig = await make_rig(bench_llm(counter=counter, default_model=None), config)
     violations = over = 0
 
     async def after_turn(result: Any) -> None:

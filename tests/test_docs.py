@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import ScriptedLLM, simple_count
 
 from host_stub import docgen, hookspecs, signals
 from host_stub.config import HostConfig, load_host_config
 from host_stub.host import Host
 from host_stub.memory.inmemory import InMemoryMemory
 from host_stub.plugins import PluginManifest
+from host_stub.testing import FakeLLM, simple_count
 from plugin_memory_summary.config import MemorySummaryConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -174,12 +174,10 @@ async def test_readme_host_config_example_starts_a_host(tmp_path: Path) -> None:
     config = load_host_config(path)
     assert config.plugin["memory-summary"]["threshold"] == 40
 
-    host = Host(config, memory=InMemoryMemory(token_counter=lambda m: 1), llm=ScriptedLLM())
-    await host.start()
-    try:
+    async with Host(
+        config, memory=InMemoryMemory(token_counter=lambda m: 1), llm=FakeLLM()
+    ) as host:
         cfg = host.plugins["memory-summary"].config
-    finally:
-        await host.stop()
     assert isinstance(cfg, MemorySummaryConfig)
     assert (cfg.threshold, cfg.keep_recent, cfg.caps.identifiers) == (40, 16, 60)
     assert cfg.caps.list_items == MemorySummaryConfig().caps.list_items
@@ -193,19 +191,15 @@ async def test_readme_plugin_example_runs_in_a_host(capsys: pytest.CaptureFixtur
     manifest = tomllib.loads(manifest_toml)
     PluginManifest.model_validate(manifest["plugin"] | {"config": manifest["config"]})
     plugin = module.create_plugin()
-    llm = ScriptedLLM(default="hello")
+    llm = FakeLLM(default="hello")
     config = HostConfig.model_validate({"plugins": {"allow": []}, "host": {"model": "fake/chat"}})
-    host = Host(
+    async with Host(
         config,
         memory=InMemoryMemory(token_counter=lambda m: simple_count(str(m.content))),
         llm=llm,
         plugins=[("my-plugin", plugin)],
-    )
-    await host.start()
-    try:
+    ) as host:
         result = await host.run_turn("s1", "hi")
-    finally:
-        await host.stop()
     assert result.outcome == "replied"
     assert llm.calls[0]["messages"][-1] == {"role": "system", "content": manifest["config"]["hint"]}
     assert "s1 replied" in capsys.readouterr().out

@@ -21,7 +21,7 @@ from .config import ConfigError, HostConfig
 from .hookspecs import AgentTool, Contribution, PromptView, ToolContext
 from .messages import Message, ToolCall, ToolCallFunction
 from .plugins import LoadedPlugin, check_services, get_plugin_manager, plugin_config
-from .prompt import assemble_prompt, history_breakdown, sanitize_tool_pairs
+from .prompt import apply_replacements, assemble_prompt, history_breakdown, sanitize_tool_pairs
 from .services import LLMService, MemoryService, Snapshot
 from .session_ids import check_session_id
 from .tools import ToolRegistry
@@ -325,6 +325,23 @@ class Host:
             out.extend(Contribution.model_validate(i) for i in items)
         return out
 
+    async def _pruned(self, view: PromptView, history: list[Message]) -> list[Message]:
+        """``history`` as the prompt shows it: each message a plugin's ``prune_history`` replaced
+        carries the replacement text and its token count (the first plugin's answer wins)."""
+        assert self.pm is not None
+        replacements: dict[int, str] = {}
+        for result in self.pm.hook.prune_history(view=view):
+            try:
+                value = await await_me_maybe(result)
+            except Exception:
+                log.exception("prune_history failed")
+                continue
+            for seq, text in (value or {}).items():
+                replacements.setdefault(int(seq), str(text))
+        if not replacements:
+            return history
+        return apply_replacements(history, replacements, self._count_message)
+
     async def _before_model_call(self, view: PromptView) -> None:
         assert self.pm is not None
         try:
@@ -360,6 +377,7 @@ class Host:
             epoch=snap.epoch,
             dry_run=dry_run,
         )
+        shown = await self._pruned(base, history)
         contributions = await self._collect_contributions(base)
         if self._system_tokens is None:
             self._system_tokens = self.count_text(self.config.host.system_prompt)
@@ -367,7 +385,7 @@ class Host:
             defs = self.tools.definitions()
             self._tool_def_tokens = self.count_text(json.dumps(defs)) if defs else 0
         breakdown = history_breakdown(
-            history,
+            shown,
             contributions,
             system_tokens=self._system_tokens,
             tool_def_tokens=self._tool_def_tokens,
@@ -392,7 +410,7 @@ class Host:
         prompt = assemble_prompt(
             self.config.host.system_prompt,
             contributions,
-            history,
+            shown,
             merge_system_messages=self.config.host.merge_system_messages,
         )
         return snap, prompt, usage, view

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .hookspecs import ANCHORS, Contribution
@@ -10,6 +10,7 @@ from .messages import Message, tool_groups
 from .signals import TokenBreakdown
 
 __all__ = [
+    "apply_replacements",
     "assemble_prompt",
     "dedupe_contributions",
     "history_breakdown",
@@ -29,6 +30,25 @@ def dedupe_contributions(contributions: Sequence[Contribution]) -> list[Contribu
         seen.add(item.id)
         unique.append(item)
     return sorted(unique, key=lambda c: ANCHORS.index(c.anchor))
+
+
+def apply_replacements(
+    history: Sequence[Message],
+    replacements: Mapping[int, str],
+    count_message: Callable[[Message], int],
+) -> list[Message]:
+    """``history`` with the content of each message whose seq ``replacements`` names replaced by
+    that text, and its token count taken again; role, tool calls and the call id stay, so tool
+    pairs stay."""
+    out = []
+    for m in history:
+        text = replacements.get(m.seq) if m.seq is not None else None
+        if text is None or m.is_marker:
+            out.append(m)
+            continue
+        shown = m.model_copy(update={"content": text})
+        out.append(shown.model_copy(update={"tokens": count_message(shown)}))
+    return out
 
 
 def sanitize_tool_pairs(messages: Sequence[Message]) -> tuple[list[Message], int]:

@@ -245,7 +245,7 @@ for _option in HOST_OPTIONS:
     cli.params.append(_option)
 
 
-# -- pre-flight checks ----------------------------------------------------------------------------
+# -- one-line messages and pre-flight checks -------------------------------------------------------
 def _one_line(text: str, limit: int = 300) -> str:
     line = " ".join(str(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"

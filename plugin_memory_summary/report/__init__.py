@@ -17,10 +17,33 @@ user's think time would allow; so a run is reproducible.
 
 from __future__ import annotations
 
-from .models import CompressionEvent, ReplayReport, RunSeries, compression_event
-from .plot import PlotError, check_plot_target, plot_report
-from .replay import baseline_config, replay_series, run_replay, turn_context
-from .text import calibration_line, compression_line, render_report
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .models import CompressionEvent, ReplayReport, RunSeries, compression_event
+    from .plot import PlotError, check_plot_target, plot_report
+    from .replay import baseline_config, replay_series, run_replay, turn_context
+    from .text import calibration_line, compression_line, render_report
+
+#: Where each name lives; a submodule is imported on first use (the ``replay`` and ``demo``
+#: commands are registered at every CLI start and need none of them until they run).
+_HOME = {
+    "CompressionEvent": "models",
+    "ReplayReport": "models",
+    "RunSeries": "models",
+    "compression_event": "models",
+    "PlotError": "plot",
+    "check_plot_target": "plot",
+    "plot_report": "plot",
+    "baseline_config": "replay",
+    "replay_series": "replay",
+    "run_replay": "replay",
+    "turn_context": "replay",
+    "calibration_line": "text",
+    "compression_line": "text",
+    "render_report": "text",
+}
 
 __all__ = [
     "CompressionEvent",
@@ -38,3 +61,10 @@ __all__ = [
     "run_replay",
     "turn_context",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{home}"), name)

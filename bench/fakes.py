@@ -1,5 +1,6 @@
-"""The fake LLM every system is benchmarked with: instant or with a fixed latency, deterministic,
-and the same summary size for our plugin and the peers.
+"""The fake LLM every system is benchmarked with (:func:`bench_llm`, a configured
+:class:`host_stub.testing.FakeLLM`): instant or with a fixed latency, deterministic, and the same
+summary size for our plugin and the peers.
 
 No provider is reachable here, so a summarizer's *quality* is not measured with it: it answers
 with an extractive stand-in (the newest lines of what it was sent, about ``SUMMARY_CHARS``
@@ -9,18 +10,15 @@ call it, how much they send it, what they put into the next prompt.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from common import TokenCounter
 
 from host_stub.messages import Message
-from host_stub.services import Completion, LLMUsage
+from host_stub.testing import CallStats, FakeLLM
 
 #: Size of every fake summary (characters); ~300 tokens of English.
 SUMMARY_CHARS = 1200
@@ -61,86 +59,64 @@ def fake_summary_json(sent_text: str) -> str:
     )
 
 
-@dataclass
-class CallLog:
-    calls: int = 0
-    input_tokens: int = 0
-    in_flight: int = 0
-    max_in_flight: int = 0
-    durations: list[float] = field(default_factory=list)
+def _count(counter: TokenCounter, messages_or_text: Any) -> int:
+    """Tokens of a text or of a list of messages, as ``counter`` counts the wire format."""
+    if isinstance(messages_or_text, str):
+        return counter.text(messages_or_text) if messages_or_text else 0
+    wire = [m.to_openai() if isinstance(m, Message) else dict(m) for m in messages_or_text]
+    return counter.messages(wire)
 
 
-class BenchLLM:
-    """An :class:`~host_stub.services.LLMService` double. Calls for ``SUMMARIZER_MODEL`` get a
-    JSON summary, any other model a short chat reply. ``latency`` seconds per call (asyncio
-    sleep). Token counts come from :class:`common.TokenCounter` (cl100k_base)."""
+def bench_llm(
+    *,
+    counter: TokenCounter | None = None,
+    latency: float = 0.0,
+    default_model: str | None = SUMMARIZER_MODEL,
+    window: int = 128_000,
+    max_output: int = 4096,
+    reply_words: int = 30,
+) -> FakeLLM:
+    """The :class:`~host_stub.testing.FakeLLM` every system is benchmarked with: calls for
+    ``SUMMARIZER_MODEL`` get a JSON summary (:func:`fake_summary_json`), any other model a short
+    chat reply of ``reply_words`` words. ``latency`` seconds per call (asyncio sleep). Token
+    counts come from :class:`common.TokenCounter` (cl100k_base). Its calls per model are in
+    :func:`summarizer_stats` and :func:`chat_stats`."""
+    counter = counter or TokenCounter()
+    chat_calls = 0
 
-    def __init__(
-        self,
-        *,
-        counter: TokenCounter | None = None,
-        latency: float = 0.0,
-        default_model: str | None = SUMMARIZER_MODEL,
-        window: int = 128_000,
-        max_output: int = 4096,
-        reply_words: int = 30,
-    ) -> None:
-        self.counter = counter or TokenCounter()
-        self.latency = latency
-        self.default_model = default_model
-        self.window = window
-        self.max_output = max_output
-        self.reply_words = reply_words
-        self.summarizer = CallLog()
-        self.chat = CallLog()
+    def chat_reply(sent: list[dict[str, Any]]) -> str:
+        nonlocal chat_calls
+        chat_calls += 1
+        n = chat_calls
+        return f"Reply {n}: " + " ".join(f"word{(n * 7 + i) % 97}" for i in range(reply_words))
 
-    async def complete(
-        self,
-        messages: Sequence[Message | dict[str, Any]],
-        model: str | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        timeout: float | None = None,
-        tools: list[dict[str, Any]] | None = None,
-    ) -> Completion:
-        sent = [m.to_openai() if isinstance(m, Message) else dict(m) for m in messages]
-        prompt_tokens = self.counter.messages(sent)
-        is_summary = (model or self.default_model) == SUMMARIZER_MODEL
-        log = self.summarizer if is_summary else self.chat
-        log.calls += 1
-        log.input_tokens += prompt_tokens
-        log.in_flight += 1
-        log.max_in_flight = max(log.max_in_flight, log.in_flight)
-        start = time.perf_counter()
-        try:
-            if self.latency:
-                await asyncio.sleep(self.latency)
-        finally:
-            log.in_flight -= 1
-            log.durations.append(time.perf_counter() - start)
-        if is_summary:
-            text = fake_summary_json(str(sent[-1].get("content") or ""))
-        else:
-            n = log.calls
-            text = f"Reply {n}: " + " ".join(
-                f"word{(n * 7 + i) % 97}" for i in range(self.reply_words)
-            )
-        return Completion(
-            text=text,
-            finish_reason="stop",
-            usage=LLMUsage(prompt_tokens=prompt_tokens, completion_tokens=self.counter.text(text)),
-            model=model or "",
-            cost=0.0,
-        )
+    def summary_reply(sent: list[dict[str, Any]]) -> str:
+        return fake_summary_json(str(sent[-1].get("content") or ""))
 
-    def context_window(self, model: str | None = None) -> int:
-        return self.window
+    return FakeLLM(
+        chat_reply,
+        replies={SUMMARIZER_MODEL: summary_reply},
+        default_model=default_model,
+        context_window=window,
+        max_output=max_output,
+        delay=latency,
+        count=partial(_count, counter),
+        cost=0.0,
+    )
 
-    def max_output_tokens(self, model: str | None = None) -> int:
-        return self.max_output
 
-    def count_tokens(self, messages_or_text: Any, model: str | None = None) -> int:
-        if isinstance(messages_or_text, str):
-            return self.counter.text(messages_or_text) if messages_or_text else 0
-        wire = [m.to_openai() if isinstance(m, Message) else dict(m) for m in messages_or_text]
-        return self.counter.messages(wire)
+def summarizer_stats(llm: FakeLLM) -> CallStats:
+    """The calls the summarizer model received."""
+    return llm.stats[SUMMARIZER_MODEL]
+
+
+def chat_stats(llm: FakeLLM) -> CallStats:
+    """The calls every other model received, together."""
+    out = CallStats()
+    for model, stats in llm.stats.items():
+        if model != SUMMARIZER_MODEL:
+            out.calls += stats.calls
+            out.input_tokens += stats.input_tokens
+            out.max_in_flight = max(out.max_in_flight, stats.max_in_flight)
+            out.durations += stats.durations
+    return out

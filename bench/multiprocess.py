@@ -63,7 +63,7 @@ from common import (  # noqa: E402
     versions,
     write_results,
 )
-from fakes import CHAT_MODEL, SUMMARIZER_MODEL, BenchLLM  # noqa: E402
+from fakes import CHAT_MODEL, SUMMARIZER_MODEL, bench_llm, summarizer_stats  # noqa: E402
 
 NAME = "multiprocess"
 PG_URL = os.environ.get("MEMORY_SUMMARY_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -121,11 +121,11 @@ class Spec:
 
 
 class TimedLLM:
-    """:class:`fakes.BenchLLM` with one latency for the summarizer and another for the chat
+    """:func:`fakes.bench_llm` with one latency for the summarizer and another for the chat
     model."""
 
     def __init__(self, latency: float, chat_latency: float) -> None:
-        self.inner = BenchLLM(counter=TokenCounter(), latency=0.0, default_model=SUMMARIZER_MODEL)
+        self.inner = bench_llm(counter=TokenCounter(), latency=0.0, default_model=SUMMARIZER_MODEL)
         self.latency = latency
         self.chat_latency = chat_latency
         self.default_model = SUMMARIZER_MODEL
@@ -233,7 +233,7 @@ async def _child(spec: Spec, events: Any, go: Any) -> dict[str, Any]:
         "compressions": memory.won,
         "lost": memory.lost,
         "refused": memory.refused,
-        "summarizer_calls": llm.inner.summarizer.calls,
+        "summarizer_calls": summarizer_stats(llm.inner).calls,
     }
 
 

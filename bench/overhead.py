@@ -45,7 +45,7 @@ from common import (  # noqa: E402
     versions,
     write_results,
 )
-from fakes import BenchLLM  # noqa: E402
+from fakes import bench_llm  # noqa: E402
 
 from host_stub import signals  # noqa: E402
 from host_stub.messages import Message  # noqa: E402
@@ -71,7 +71,9 @@ def conversation(n: int, start: int = 0) -> list[Message]:
 
 
 async def prepare(plugin: bool, length: int, counter: TokenCounter) -> Rig:
-    rig = await make_rig(BenchLLM(counter=counter), PLUGIN if plugin else None, context_window=None)
+    rig = await make_rig(
+        bench_llm(counter=counter), PLUGIN if plugin else None, context_window=None
+    )
     memory = rig.host.memory
     if plugin:
         await memory.append(SESSION, conversation(60))
@@ -203,7 +205,7 @@ async def flat_rig(store: str, total: int, counter: TokenCounter) -> Rig:
     """A host with the plugin whose session has ``total`` messages, a summary, and the newest
     ``FLAT_ACTIVE`` active."""
     rig = await make_rig(
-        BenchLLM(counter=counter),
+        bench_llm(counter=counter),
         PLUGIN,
         context_window=None,
         memory="memory://" if store == "memory" else None,
@@ -300,7 +302,7 @@ async def flatness(args: Any, out: Path, v: dict[str, str]) -> None:
             "messages appended up to the length, then all but the newest 60 archived; each timed "
             "turn appends a user message and a recorded reply (run_turn with recorded=...), and "
             "the oldest are archived again, untimed, so 60 stay active.",
-            "The plugin is on (threshold 100000: no compression while timing); BenchLLM counts "
+            "The plugin is on (threshold 100000: no compression while timing); bench_llm counts "
             "with cl100k_base; 128k window. Turns at both lengths alternate in 8 rounds.",
         ],
         extra=extra,
@@ -416,7 +418,7 @@ async def main() -> None:
         "The whole turn is a replayed turn: append, snapshot, contributions, token:usage, "
         "before_model_call, append the recorded reply, agent:turn:after; no model is called.",
         "Plugin config: threshold 100000 (no compression while timing), keep_recent 20; host: "
-        "BenchLLM (cl100k counting), 128k window, SQLite file.",
+        "bench_llm (cl100k counting), 128k window, SQLite file.",
     ]
     write_results(
         "overhead",

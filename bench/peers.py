@@ -52,7 +52,7 @@ from common import (  # noqa: E402
     versions,
     write_results,
 )
-from fakes import BenchLLM, CallLog, fake_summary_text  # noqa: E402
+from fakes import bench_llm, fake_summary_text, summarizer_stats  # noqa: E402
 from replay import (  # noqa: E402
     Step,
     SystemRun,
@@ -66,6 +66,7 @@ from verdict import peer_dominates, split_steps, verdict_checks  # noqa: E402
 
 from host_stub import signals  # noqa: E402
 from host_stub.datasets import Conversation, load_locomo, load_tau_bench  # noqa: E402
+from host_stub.testing import CallStats  # noqa: E402
 
 PEER_PACKAGES = ("langchain", "langchain-core", "langgraph", "langmem")
 INSTALL_HINT = (
@@ -178,8 +179,8 @@ class LCAdapter:
         return total
 
 
-def make_fake_model(lc: dict[str, Any], adapter: LCAdapter, log: CallLog) -> Any:
-    """A LangChain chat model answering the same extractive ~300-token summary as BenchLLM."""
+def make_fake_model(lc: dict[str, Any], adapter: LCAdapter, log: CallStats) -> Any:
+    """A LangChain chat model answering the same extractive ~300-token summary as bench_llm."""
 
     class FakeSummarizer(lc["BaseChatModel"]):  # type: ignore[misc, valid-type]
         @property
@@ -253,7 +254,7 @@ def run_langchain(
     model_latency_s: float = 0.0,
 ) -> SystemRun:
     adapter = LCAdapter(lc, counter)
-    log = CallLog()
+    log = CallStats()
     model = make_fake_model(lc, adapter, log)
     system_text, _ = split_system(conversation)
     system = lc["SystemMessage"](content=system_text, id="system")
@@ -291,7 +292,7 @@ def run_langmem(
     model_latency_s: float = 0.0,
 ) -> SystemRun:
     adapter = LCAdapter(lc, counter)
-    log = CallLog()
+    log = CallStats()
     model = make_fake_model(lc, adapter, log)
     system_text, _ = split_system(conversation)
     messages: list[Any] = [lc["SystemMessage"](content=system_text, id="system")]
@@ -441,7 +442,7 @@ async def run_ours(
     the prompt is ready; not part of the step time). With 0 the next step starts at once, so
     background compressions compete with it for the event loop; a real call gives them its
     duration."""
-    llm = BenchLLM(counter=counter)
+    llm = bench_llm(counter=counter)
     own: list[float] = []  # the plugin's own code, per step
     times: list[float] = []  # the same with the host's dispatch around it
     blocking: list[int] = []
@@ -470,8 +471,8 @@ async def run_ours(
     run.waited = [n > 0 for n in blocking]
     run.extra["host_path_times"] = times
     run.summarizer_calls, run.summarizer_input_tokens = (
-        llm.summarizer.calls,
-        llm.summarizer.input_tokens,
+        summarizer_stats(llm).calls,
+        summarizer_stats(llm).input_tokens,
     )
     return run
 

@@ -47,7 +47,7 @@ from common import (  # noqa: E402
     words,
     write_results,
 )
-from fakes import BenchLLM  # noqa: E402
+from fakes import bench_llm  # noqa: E402
 from replay import (  # noqa: E402
     SystemRun,
     baseline_runs,
@@ -137,7 +137,7 @@ async def plugin_final_context(
     """Replay with the rules engine; the dry-run prompt after the last turn: its whole text, its
     text without the summary, and which conversation messages it holds verbatim; and the
     replay's model calls."""
-    llm = BenchLLM(counter=counter, default_model=None)  # no summarizer model: the rules engine
+    llm = bench_llm(counter=counter, default_model=None)  # no summarizer model: the rules engine
     rig = await make_rig(llm, config)
     try:
         run = await replay_through_host(rig, conversation, conversation.name, drain=True)
@@ -230,7 +230,7 @@ async def tau_plugin(
     conversation: Conversation, config: dict[str, Any], counter: TokenCounter
 ) -> tuple[TauScore, SystemRun]:
     ids = tau_action_identifiers(conversation)
-    llm = BenchLLM(counter=counter, default_model=None)
+    llm = bench_llm(counter=counter, default_model=None)
     rig = await make_rig(llm, config)
     score = TauScore()
     session = conversation.name
@@ -315,7 +315,7 @@ async def tau_long_chat(
     for t in trajectories:
         ids |= tau_action_identifiers(t)
     conversation = tau_chain(trajectories)
-    rig = await make_rig(BenchLLM(counter=counter, default_model=None), config)
+    rig = await make_rig(bench_llm(counter=counter, default_model=None), config)
     violations = over = 0
 
     async def after_turn(result: Any) -> None:

@@ -37,7 +37,7 @@ from common import (  # noqa: E402
     versions,
     write_results,
 )
-from fakes import CHAT_MODEL, SUMMARIZER_MODEL, BenchLLM  # noqa: E402
+from fakes import CHAT_MODEL, SUMMARIZER_MODEL, bench_llm, chat_stats, summarizer_stats  # noqa: E402
 
 CAP = 4  # the plugin's default max_concurrent_summaries
 WINDOW = 16_000
@@ -56,7 +56,7 @@ def user_text(session: int, turn: int) -> str:
 
 async def child(variant: str, sessions: int, turns: int, latency: float) -> dict[str, Any]:
     counter = TokenCounter()
-    llm = BenchLLM(counter=counter, latency=latency, default_model=CHAT_MODEL, reply_words=30)
+    llm = bench_llm(counter=counter, latency=latency, default_model=CHAT_MODEL, reply_words=30)
     config = (
         {"summary_model": SUMMARIZER_MODEL, "max_concurrent_summaries": CAP}
         if variant == "plugin"
@@ -86,7 +86,7 @@ async def child(variant: str, sessions: int, turns: int, latency: float) -> dict
             progress(
                 f"{variant}: {done_turns[0]}/{total} turns, "
                 f"{len(rig.finals('done'))} compressions, "
-                f"summarizer in flight max {llm.summarizer.max_in_flight}"
+                f"summarizer in flight max {summarizer_stats(llm).max_in_flight}"
             )
 
     started = time.perf_counter()
@@ -120,9 +120,9 @@ async def child(variant: str, sessions: int, turns: int, latency: float) -> dict
         "compression_starts_by_reason": reasons,
         "backlog_at_end": backlog,
         "drain_s": drain_s,
-        "summarizer_calls": llm.summarizer.calls,
-        "summarizer_max_in_flight": llm.summarizer.max_in_flight,
-        "chat_calls": llm.chat.calls,
+        "summarizer_calls": summarizer_stats(llm).calls,
+        "summarizer_max_in_flight": summarizer_stats(llm).max_in_flight,
+        "chat_calls": chat_stats(llm).calls,
         "active_mean": sum(s.active for s in sessions_info) / max(1, len(sessions_info)),
         "active_max": max((s.active for s in sessions_info), default=0),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

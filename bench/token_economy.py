@@ -32,7 +32,7 @@ from common import (  # noqa: E402
     versions,
     write_results,
 )
-from fakes import BenchLLM  # noqa: E402
+from fakes import bench_llm, summarizer_stats  # noqa: E402
 from replay import (  # noqa: E402
     SystemRun,
     baseline_runs,
@@ -48,13 +48,13 @@ from host_stub.datasets import Conversation, load_locomo  # noqa: E402
 async def run_plugin(
     conversation: Conversation, config: dict[str, Any], counter: TokenCounter
 ) -> SystemRun:
-    llm = BenchLLM(counter=counter)
+    llm = bench_llm(counter=counter)
     rig = await make_rig(llm, config)
     try:
         run = await replay_through_host(rig, conversation, conversation.name)
         await rig.drain()
-        run.summarizer_calls = llm.summarizer.calls
-        run.summarizer_input_tokens = llm.summarizer.input_tokens
+        run.summarizer_calls = summarizer_stats(llm).calls
+        run.summarizer_input_tokens = summarizer_stats(llm).input_tokens
         run.extra["compressions"] = len(rig.finals("done"))
         run.extra["errors"] = len(rig.finals("error"))
     finally:

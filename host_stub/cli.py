@@ -1,7 +1,13 @@
-"""``host-stub``: replay a conversation, chat with a model, inspect sessions.
+"""``host-stub``: chat with a model, inspect and search sessions; plugins add their commands.
 
 User mistakes (a missing file, malformed JSON, a bad config value, an unknown model, an
 unreachable server) end with one line on stderr and exit code 2, never a traceback.
+
+A plugin adds commands through its ``register_commands`` hook; the host gives each of them the
+host options (``--config``, ``--db``, ``--memory``, ``--model``, ``--api-base``). What such a
+command may use from here: :func:`open_host` (passed to the hook), :func:`host_config`,
+:func:`option_values`, :func:`memory_origin`, :func:`preflight`, :func:`run_async` and
+:class:`UserError`; ``ctx.find_root().obj["verbose"]`` is the count of ``-v``.
 """
 
 from __future__ import annotations
@@ -12,21 +18,33 @@ import functools
 import json
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
-from . import signals
+from .bus import await_me_maybe
 from .checks import MessageRejected
 from .config import ConfigError, HostConfig, load_host_config
+from .hookspecs import ChatCommand
 from .host import Host
 from .services import SUMMARY_NAMESPACE, SearchHit
 from .session_ids import InvalidSessionId, session_id_problem
-from .transcripts import TranscriptError, load_transcript
+from .transcripts import TranscriptError
 
-__all__ = ["cli", "main"]
+__all__ = [
+    "UserError",
+    "cli",
+    "host_config",
+    "host_options",
+    "main",
+    "memory_origin",
+    "open_host",
+    "option_values",
+    "preflight",
+    "run_async",
+]
 
 #: A store server that is down or refuses us is the user's to fix: one line, not a traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (
@@ -44,17 +62,6 @@ class UserError(click.ClickException):
 
     def show(self, file: Any = None) -> None:
         click.echo(f"host-stub: error: {self.message}", err=True)
-
-
-class _ShownAsCompressionLines(logging.Filter):
-    """A summarizer failure is announced by its compression line (``... failed, fallback
-    rules: <why>``) or the command's status line; the plugin's log line would say it twice."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("summarizer failed")
-
-
-SHOWN_AS_COMPRESSION_LINES = _ShownAsCompressionLines()
 
 
 def _set(key: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
@@ -136,12 +143,15 @@ def host_options(command: click.Command) -> click.Command:
     return command
 
 
-def _options(ctx: click.Context) -> dict[str, Any]:
+def option_values(ctx: click.Context) -> dict[str, Any]:
+    """The host options given on the command line, before or after the command's name:
+    ``config``, ``db``, ``memory``, ``model``, ``api_base`` (a key is there only when given)."""
     return ctx.find_root().ensure_object(dict) | ctx.ensure_object(dict)
 
 
 def host_config(ctx: click.Context) -> HostConfig:
-    obj = _options(ctx)
+    """The host config of a command: the config file, with the options' overrides."""
+    obj = option_values(ctx)
     memory = obj.get("memory")
     if memory is None and obj.get("db"):
         memory = f"sqlite:///{obj['db']}"
@@ -150,9 +160,9 @@ def host_config(ctx: click.Context) -> HostConfig:
     )
 
 
-def _memory_origin(ctx: click.Context, config: HostConfig) -> str:
+def memory_origin(ctx: click.Context, config: HostConfig) -> str:
     """Where the store URL came from, for errors: ``--memory``, ``--db`` or the config file."""
-    obj = _options(ctx)
+    obj = option_values(ctx)
     if obj.get("memory") is not None:
         return "--memory"
     if obj.get("db"):
@@ -192,7 +202,7 @@ async def open_host(
     try:
         config = config or host_config(ctx)
         if "memory" not in kwargs:
-            _check_memory_url(config.host.memory, _memory_origin(ctx, config))
+            _check_memory_url(config.host.memory, memory_origin(ctx, config))
             _check_plugins(config)  # a config error first, and before any store is touched
             if not create and (problem := store_problem(config.host.memory)):
                 raise UserError(problem)
@@ -224,27 +234,18 @@ def run_async(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.pass_context
 def cli(ctx: click.Context, verbose: int) -> None:
     """Reference host for conversation-memory plugins."""
-    ctx.ensure_object(dict)
+    # Plugins read the count: a log line their command already shows another way may be left
+    # out unless -v is given.
+    ctx.ensure_object(dict)["verbose"] = verbose
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    # Every command reports a summarizer failure itself (a compression line, or the status of
-    # compress / rebuild): the plugin's warning would say it twice. -v shows it.
-    plugin_log = logging.getLogger("plugin_memory_summary")
-    if verbose:
-        plugin_log.removeFilter(SHOWN_AS_COMPRESSION_LINES)
-    else:
-        plugin_log.addFilter(SHOWN_AS_COMPRESSION_LINES)
 
 
 for _option in HOST_OPTIONS:
     cli.params.append(_option)
 
 
-# -- replay, demo, chat ---------------------------------------------------------------------------
-#: The plugin whose work ``replay``, ``demo`` and ``chat`` show.
-MEMORY_PLUGIN = "memory-summary"
-
-
+# -- one-line messages and pre-flight checks -------------------------------------------------------
 def _one_line(text: str, limit: int = 300) -> str:
     line = " ".join(str(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
@@ -282,35 +283,42 @@ def _check_plugins(config: HostConfig) -> None:
         plugin_config(pm, item, config)
 
 
-async def _stored_replay(url: str, session_id: str) -> tuple[int, list[str]]:
-    """How many messages ``session_id`` already has in the store at ``url`` in its current
-    epoch, and the replay keys among them, oldest first."""
-    from .memory import open_memory
-    from .transcripts import REPLAY_KEY
+def preflight(config: HostConfig, *, origin: str = "host.memory", chat: bool = False) -> None:
+    """Everything a command checks before it starts a host, each a one-line :class:`UserError`:
+    the store URL (``origin`` names where it came from), every plugin's config, and the models
+    the command will call (see :func:`_check_models`)."""
+    _check_memory_url(config.host.memory, origin)
+    _check_plugins(config)
+    _check_models(config, chat=chat)
 
-    memory = open_memory(url, lambda message: 0)
-    try:
-        epoch = await memory.get_epoch(session_id)
-        stored = [
-            *await memory.get_archived(session_id, epoch=epoch),
-            *await memory.get_history(session_id),
-        ]
-    finally:
-        await memory.close()
-    stored.sort(key=lambda m: m.seq or 0)
-    messages = [m for m in stored if not m.is_marker]
-    keys = [str(m.metadata[REPLAY_KEY]) for m in messages if REPLAY_KEY in m.metadata]
-    return len(messages), keys
+
+def plugin_models(config: HostConfig) -> list[str]:
+    """The models the plugins will call, as their ``plugin_models`` hooks say given their
+    validated config (the host's model stands for a plugin's default)."""
+    from .plugins import get_plugin_manager, plugin_config
+
+    pm, loaded = get_plugin_manager(config)
+    models: list[str] = []
+    for item in loaded.values():
+        caller = pm.subset_hook_caller(
+            "plugin_models", remove_plugins=[p.plugin for p in loaded.values() if p is not item]
+        )
+        for found in caller(
+            config=plugin_config(pm, item, config), default_model=config.host.model
+        ):
+            models += [m for m in found or [] if m]
+    return models
 
 
 def _check_models(config: HostConfig, *, chat: bool) -> None:
-    """Pre-flight for the models a command will call (the summarizer, and with ``chat`` the chat
-    model): one clear line now instead of a failure later. litellm must know the provider; a
-    provider that needs an API key must have it, except behind an ``api_base`` (a local server
-    that checks no key): there the host sends the placeholder key :data:`NO_KEY` (set in
-    ``config``); an ``api_base`` must accept connections."""
-    summary_model = config.plugin.get(MEMORY_PLUGIN, {}).get("summary_model")
-    wanted = [config.host.model, summary_model] if chat else [summary_model or config.host.model]
+    """Pre-flight for the models a command will call (the plugins' models, and with ``chat``
+    the chat model; without a plugin that calls one, the host's model): one clear line now
+    instead of a failure later. litellm must know the provider; a provider that needs an API
+    key must have it, except behind an ``api_base`` (a local server that checks no key): there
+    the host sends the placeholder key :data:`NO_KEY` (set in ``config``); an ``api_base`` must
+    accept connections."""
+    called = plugin_models(config)
+    wanted = [config.host.model, *called] if chat else (called or [config.host.model])
     models = [m for m in dict.fromkeys(wanted) if m]
     if not models:
         return
@@ -369,335 +377,6 @@ def _check_reachable(url: str) -> None:
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
         raise UserError(f"cannot reach --api-base {url}: {reason}") from None
-
-
-def _check_plot(path: str | None) -> None:
-    if path is None:
-        return
-    from .report import PlotError, check_plot_target
-
-    try:
-        check_plot_target(path)
-    except PlotError as exc:
-        raise UserError(str(exc)) from None
-
-
-class _Screen:
-    """Progress and one line per compression on a terminal (rich); plain lines otherwise;
-    nothing but the final JSON with ``--json``."""
-
-    def __init__(self, quiet: bool) -> None:
-        from rich.console import Console
-
-        self.quiet = quiet
-        self.console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
-        self.progress: Any = None
-        self.tasks: dict[str, Any] = {}
-
-    def __enter__(self) -> _Screen:
-        if not self.quiet and self.console.is_terminal:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-
-            self.progress = Progress(
-                TextColumn("{task.description:<24}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("turns"),
-                TimeElapsedColumn(),
-                console=self.console,
-                transient=True,
-            )
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-    def line(self, text: str) -> None:
-        if self.quiet:
-            return
-        if self.progress is not None:
-            self.progress.console.print(text, markup=False, highlight=False)
-        else:
-            click.echo(text)
-
-    def start(self, run: str, turns: int) -> None:
-        if self.progress is not None:
-            label = "with the plugin" if run == "with" else "without it (baseline)"
-            self.tasks[run] = self.progress.add_task(label, total=turns)
-
-    def turn(self, run: str, done: int) -> None:
-        if self.progress is not None and run in self.tasks:
-            self.progress.update(self.tasks[run], completed=done)
-
-
-async def _report_run(
-    config: HostConfig,
-    messages: list[Any],
-    session_id: str,
-    *,
-    title: str,
-    plot: str | None,
-    as_json: bool,
-    baseline: str,
-    store: str,
-    facts: dict[str, str] | None = None,
-    fresh: bool = False,
-    origin: str = "host.memory",
-) -> None:
-    """Replay ``messages`` with progress, one line per compression, then the report (and the
-    plot); shared by ``replay`` and ``demo``. With ``fresh``, a session that already has
-    messages is refused (the demo's numbers are those of a new session). Otherwise a replay
-    resumes: the messages of ``messages`` (carrying replay keys) already stored are skipped."""
-    from .report import PlotError, compression_line, plot_report, render_report, run_replay
-    from .transcripts import resume_point
-
-    _check_memory_url(config.host.memory, origin)
-    _check_plugins(config)
-    _check_models(config, chat=False)
-    stored, keys = await _stored_replay(config.host.memory, session_id)
-    if stored and fresh:
-        raise UserError(
-            f"session {session_id!r} already has {stored} messages in {config.host.memory}: "
-            f"use another --db, or clear it first (host-stub clear {session_id})"
-        )
-    try:
-        done = resume_point(messages, keys)
-    except TranscriptError as exc:
-        raise UserError(
-            f"session {session_id!r}: {exc}: replay it with --session NAME, or clear it first "
-            f"(host-stub clear {session_id})"
-        ) from None
-    if done == len(messages):
-        if as_json:
-            click.echo(
-                json.dumps({"session_id": session_id, "replayed": 0, "already_stored": done})
-            )
-        else:
-            click.echo(
-                f"nothing to replay: session {session_id!r} already holds all {done} messages "
-                f"of {title}"
-            )
-        return
-    if done and not as_json:
-        click.echo(
-            f"resuming: session {session_id!r} already holds the first {done} of the "
-            f"{len(messages)} messages; replaying the other {len(messages) - done}",
-            err=True,
-        )
-    elif stored and not as_json:
-        click.echo(
-            f"note: session {session_id!r} already has {stored} messages; the replay adds to them",
-            err=True,
-        )
-    with _Screen(quiet=as_json) as screen:
-        report = await run_replay(
-            config,
-            messages[done:],
-            session_id,
-            resumed=done > 0,
-            title=title,
-            baseline=baseline,
-            store=store,
-            facts=facts,
-            on_start=screen.start,
-            on_turn=screen.turn,
-            on_event=lambda event: screen.line(f"compression: {compression_line(event)}"),
-        )
-    if plot is not None:
-        try:
-            plot_report(report, plot)
-        except PlotError as exc:
-            raise UserError(str(exc)) from None
-    if as_json:
-        click.echo(json.dumps(report.to_dict() | {"plot": plot}, ensure_ascii=False))
-        return
-    with_plugin = report.with_plugin
-    click.echo(
-        f"replayed {report.messages} messages in {report.turns} turns into session "
-        f"{session_id!r}: {len(with_plugin.compressions)} compressions, {report.active} messages "
-        f"active, peak context {with_plugin.max} tokens"
-    )
-    click.echo("")
-    click.echo(render_report(report))
-    if plot is not None:
-        click.echo("")
-        click.echo(f"plot: {plot}")
-
-
-_BASELINE_OPTION = click.option(
-    "--baseline",
-    type=click.Choice(["computed", "replay", "off"]),
-    default="computed",
-    show_default=True,
-    help="The comparison without the plugin: computed from the run's own token counts, or "
-    "replayed a second time without the plugin on a throw-away store (slower, same numbers).",
-)
-_PLOT_OPTION = click.option(
-    "--plot",
-    type=click.Path(dir_okay=False),
-    metavar="FILE.svg|FILE.png",
-    help="Draw the context per turn, with and without the plugin (needs matplotlib).",
-)
-_JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-
-
-@host_options
-@cli.command()
-@click.argument("file", type=click.Path(dir_okay=False))
-@click.option(
-    "--session",
-    "session_id",
-    help="Session id (default: the file's name). Replaying the same file into the same session "
-    "again resumes it: messages already stored are skipped.",
-)
-@_PLOT_OPTION
-@_JSON_OPTION
-@_BASELINE_OPTION
-@click.pass_context
-@run_async
-async def replay(
-    ctx: click.Context,
-    file: str,
-    session_id: str | None,
-    plot: str | None,
-    as_json: bool,
-    baseline: str,
-) -> None:
-    """Replay an OpenAI-format conversation (JSON or JSONL) through the host, using the
-    recorded assistant replies instead of a model, and report what the memory plugin did.
-
-    Without --model the summaries come from the offline rules engine; with --model (any litellm
-    model string, --api-base for an OpenAI-compatible server) the plugin summarizes with it."""
-    from .transcripts import with_replay_keys
-
-    _check_plot(plot)
-    config = host_config(ctx)
-    messages = with_replay_keys(
-        load_transcript(file, max_message_chars=config.host.max_message_chars)
-    )
-    if session_id is None:
-        session_id = Path(file).stem
-        if problem := session_id_problem(session_id):
-            raise UserError(
-                f"{file}: the file's name is not a valid session id ({problem}): "
-                "name one with --session"
-            )
-    await _report_run(
-        config,
-        messages,
-        session_id,
-        title=Path(file).name,
-        plot=plot,
-        as_json=as_json,
-        baseline=baseline,
-        store=config.host.memory,
-        origin=_memory_origin(ctx, config),
-    )
-
-
-@host_options
-@cli.command()
-@click.option(
-    "--turns",
-    default=300,
-    show_default=True,
-    type=click.IntRange(20, 5000),
-    help="User turns of the generated conversation.",
-)
-@click.option("--seed", default=7, show_default=True, help="Seed of the generator.")
-@click.option("--print-config", is_flag=True, help="Print the demo's host config and exit.")
-@click.option(
-    "--save",
-    type=click.Path(dir_okay=False),
-    metavar="FILE.jsonl",
-    help="Also write the generated conversation (OpenAI-format JSONL).",
-)
-@_PLOT_OPTION
-@_JSON_OPTION
-@_BASELINE_OPTION
-@click.pass_context
-@run_async
-async def demo(
-    ctx: click.Context,
-    turns: int,
-    seed: int,
-    print_config: bool,
-    save: str | None,
-    plot: str | None,
-    as_json: bool,
-    baseline: str,
-) -> None:
-    """Generate a long conversation (trip planning and coding help, tool calls, some Chinese)
-    and replay it through the host with the memory plugin: offline, no API key.
-
-    Runs with the config `--print-config` shows (a small 8k context window); pass your own with
-    --config. The store is a temporary SQLite file unless --db or --memory names one."""
-    import tempfile
-
-    from .demo import DEMO_CONFIG, EARLY_FACTS, generate_conversation
-    from .messages import Message
-
-    if print_config:
-        click.echo(DEMO_CONFIG, nl=False)
-        return
-    _check_plot(plot)
-    obj = ctx.find_root().ensure_object(dict) | ctx.ensure_object(dict)
-    with tempfile.TemporaryDirectory(prefix="host-stub-demo-") as tmp:
-        memory = obj.get("memory") or (f"sqlite:///{obj['db']}" if obj.get("db") else None)
-        if memory is None and obj.get("config"):
-            from .config import read_toml
-
-            memory = (read_toml(Path(obj["config"])).get("host") or {}).get("memory")
-        temporary = memory is None
-        if temporary:
-            memory = f"sqlite:///{Path(tmp) / 'demo.db'}"
-        if obj.get("config"):
-            config = load_host_config(
-                obj["config"], memory=memory, model=obj.get("model"), api_base=obj.get("api_base")
-            )
-        else:
-            path = Path(tmp) / "demo.toml"
-            path.write_text(DEMO_CONFIG, encoding="utf-8")
-            config = load_host_config(
-                path, memory=memory, model=obj.get("model"), api_base=obj.get("api_base")
-            )
-            config.source = "<demo config>"
-        raw = generate_conversation(turns=turns, seed=seed)
-        if save is not None:
-            try:
-                Path(save).write_text(
-                    "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in raw),
-                    encoding="utf-8",
-                )
-            except OSError as exc:
-                raise UserError(f"{save}: cannot write: {exc.strerror}") from None
-        messages = [Message.model_validate(m) for m in raw]
-        store = memory
-        if temporary:
-            store = "a temporary SQLite file, gone at exit: keep it with --db PATH"
-        await _report_run(
-            config,
-            messages,
-            "demo",
-            title=f"demo ({turns} turns, seed {seed})",
-            plot=plot,
-            as_json=as_json,
-            baseline=baseline,
-            store=store,
-            facts=EARLY_FACTS,
-            fresh=True,
-        )
-    if not as_json and not temporary:
-        click.echo("")
-        click.echo("inspect it: host-stub summary demo, host-stub sessions (same --db/--memory)")
 
 
 # -- chat ---------------------------------------------------------------------------------------
@@ -778,19 +457,19 @@ class _Lines:
         return await self._queue.get()
 
 
-#: The chat's own commands, as ``/help`` lists them.
+#: The chat's own commands, as ``/help`` lists them; plugins add theirs (``chat_commands``).
 CHAT_COMMANDS = {
-    "/summary": "show the session's summary",
-    "/compress": "compress the session now",
     "/search": "search this session's messages, archived ones too: /search QUERY",
-    "/clear": "clear the session's history and summary",
+    "/clear": "clear the session's memory (its history, and what plugins keep)",
     "/help": "list these commands",
     "/quit": "leave (Ctrl-D too); the session stays stored",
 }
 
 
-def chat_help() -> str:
+def chat_help(added: Sequence[ChatCommand] = ()) -> str:
+    """What ``/help`` prints: the plugins' commands, then the chat's own."""
     lines = ["commands:"]
+    lines += [f"  {c.name:<10} {c.help}" for c in added]
     lines += [f"  {name:<10} {what}" for name, what in CHAT_COMMANDS.items()]
     lines.append("  anything else is sent to the model; Up and Down recall earlier lines")
     return "\n".join(lines)
@@ -810,6 +489,27 @@ def resume_notice(session_id: str, active: int, archived: int, summarized: bool)
     )
 
 
+async def chat_commands(
+    host: Host, session_id: str, notify: Callable[[str], None]
+) -> dict[str, ChatCommand]:
+    """The slash commands the plugins add to a chat on ``session_id``, by name; a name the chat
+    or another plugin already uses is a config error."""
+    assert host.pm is not None
+    found: dict[str, ChatCommand] = {}
+    for impl in host.pm.hook.chat_commands.get_hookimpls():
+        kwargs = {"session_id": session_id, "notify": notify}
+        value = await await_me_maybe(impl.function(**{k: kwargs[k] for k in impl.argnames}))
+        items = value if isinstance(value, list) else ([] if value is None else [value])
+        for item in items:
+            command = ChatCommand.model_validate(item)
+            if command.name in CHAT_COMMANDS or command.name in found:
+                raise ConfigError(
+                    f"plugin {impl.plugin_name!r}: chat command {command.name!r} is taken"
+                )
+            found[command.name] = command
+    return found
+
+
 @host_options
 @cli.command()
 @click.option(
@@ -822,14 +522,12 @@ def resume_notice(session_id: str, active: int, archived: int, summarized: bool)
 @click.pass_context
 @run_async
 async def chat(ctx: click.Context, session_id: str) -> None:
-    """Chat with a model (streaming); the memory plugin summarizes as the chat grows.
-    Commands: /summary, /compress, /search QUERY, /clear, /help, /quit."""
+    """Chat with a model (streaming); plugins work as the chat grows (a memory plugin
+    summarizes). Commands: /search QUERY, /clear, /help, /quit, and the plugins' (/help)."""
     config = host_config(ctx)
     if not config.host.model:
         raise UserError("chat needs a model: --model M (any litellm model string)")
-    _check_memory_url(config.host.memory, _memory_origin(ctx, config))
-    _check_plugins(config)
-    _check_models(config, chat=True)
+    preflight(config, origin=memory_origin(ctx, config), chat=True)
     quiet = _TurnErrorsShownByChat()
     logging.getLogger("host_stub.host").addFilter(quiet)
     try:
@@ -839,50 +537,28 @@ async def chat(ctx: click.Context, session_id: str) -> None:
 
 
 async def _chat(ctx: click.Context, session_id: str, config: HostConfig) -> None:
-    from .report import CompressionEvent, compression_line
-
     async with open_host(ctx, config=config, create=True) as host:
-        item = host.plugins.get(MEMORY_PLUGIN)
-        plugin = item.plugin if item is not None else None
         window = host.context_window()
         notices: list[str] = []
-
-        async def on_status(sender: Any, **payload: Any) -> None:
-            stats = payload.get("stats") or {}
-            if payload["session_id"] != session_id or payload["status"] not in ("done", "error"):
-                return
-            if stats.get("messages_summarized") or stats.get("messages_archived"):
-                event = CompressionEvent(
-                    turn=0,
-                    status=payload["status"],
-                    trigger=str(stats.get("trigger") or ""),
-                    reason=str(payload.get("reason") or ""),
-                    messages_summarized=int(stats.get("messages_summarized") or 0),
-                    messages_archived=int(stats.get("messages_archived") or 0),
-                    tokens_before=stats.get("tokens_before"),
-                    tokens_after=stats.get("tokens_after"),
-                    model=stats.get("model"),
-                    fallback=stats.get("fallback"),
-                )
-                notices.append(f"[memory: {compression_line(event)}]")
 
         def flush() -> None:
             while notices:
                 click.echo(notices.pop(0))
 
-        host.bus.connect(signals.SESSION_COMPRESSING, on_status)
+        added = await chat_commands(host, session_id, notices.append)
         click.echo(
             f"chatting with {host.model} as session {session_id!r} (context window {window:,} "
-            f"tokens{'' if plugin else ', no memory plugin'}); /help lists the commands"
+            f"tokens{'' if host.plugins else ', no plugins'}); /help lists the commands"
         )
         found = [s for s in await host.memory.list_sessions() if s.session_id == session_id]
         if found:
-            record = await plugin.show(session_id) if plugin else None
+            # Summarized: the prompt carries a summary of what was archived.
+            _, _, usage, _ = await host.build_prompt(session_id, dry_run=True)
             notice = resume_notice(
                 session_id,
                 found[0].active,
                 found[0].archived,
-                summarized=bool(record is not None and record.text),
+                summarized=usage.breakdown.summary > 0,
             )
             if notice:
                 click.echo(notice)
@@ -899,18 +575,11 @@ async def _chat(ctx: click.Context, session_id: str, config: HostConfig) -> None
                 break
             if not command:
                 continue
-            if command == "/summary":
-                text = await plugin.get_conversation_summary(session_id) if plugin else None
-                click.echo(text or "(no summary yet)")
-                continue
-            if command == "/compress":
-                if plugin is None:
-                    click.echo("(no memory plugin loaded)")
-                    continue
-                result = await plugin.compress(session_id)
-                if result["status"] != "done" or not notices:
-                    reason = _one_line(result.get("reason") or "")
-                    click.echo(f"[compress: {result['status']}{': ' + reason if reason else ''}]")
+            name, _, argument = command.partition(" ")
+            if name in added and (added[name].takes_argument or not argument.strip()):
+                shown = await await_me_maybe(added[name].handler(argument.strip()))
+                if shown:
+                    click.echo(shown)
                 continue
             if command == "/search" or command.startswith("/search "):
                 query = command[len("/search") :].strip()
@@ -924,13 +593,13 @@ async def _chat(ctx: click.Context, session_id: str, config: HostConfig) -> None
                     click.echo(f"(nothing found for {query!r})")
                 continue
             if command == "/clear":
-                await host.clear(session_id)
-                click.echo("[cleared: history and summary of this session]")
+                cleared = await host.clear(session_id)
+                click.echo(f"[cleared: {' and '.join(cleared) or 'nothing'} of this session]")
                 continue
             if command == "/help":
-                click.echo(chat_help())
+                click.echo(chat_help(list(added.values())))
                 continue
-            if command.startswith("/") and command.split()[0] in CHAT_COMMANDS:
+            if command.startswith("/") and (name in CHAT_COMMANDS or name in added):
                 click.echo(f"{command.split()[0]} takes no arguments; /help lists the commands")
                 continue
             if command.startswith("/"):
@@ -1133,9 +802,12 @@ async def clear(
 
 
 def memory_types(host: Host) -> list[str]:
-    """The memory types ``clear --type`` takes: the host's history, and the summary when the
-    memory plugin is loaded."""
-    return ["history", *(["summary"] if MEMORY_PLUGIN in host.plugins else [])]
+    """The memory types ``clear --type`` takes: the host's history, and those the loaded plugins
+    keep (``memory_types`` in their ``plugin.toml``)."""
+    kept = [
+        t for item in host.plugins.values() if item.manifest for t in item.manifest.memory_types
+    ]
+    return list(dict.fromkeys(["history", *kept]))
 
 
 def clear_line(session: str | None, results: dict[str, Any]) -> str:
@@ -1167,13 +839,6 @@ def _register_plugin_commands() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        return _main(argv)
-    finally:
-        logging.getLogger("plugin_memory_summary").removeFilter(SHOWN_AS_COMPRESSION_LINES)
-
-
-def _main(argv: list[str] | None) -> int:
     _register_plugin_commands()
     try:
         cli.main(args=argv, prog_name="host-stub", standalone_mode=False)

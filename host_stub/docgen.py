@@ -2,8 +2,9 @@
 
 ``python -m host_stub.docgen README.md`` rewrites every block between
 ``<!-- BEGIN GENERATED: <section> -->`` and ``<!-- END GENERATED: <section> -->`` in place;
-with ``--check`` it changes nothing and exits 1 when the file is out of date. Sections:
-``hooks``, ``signals``, ``services``, ``config``.
+with ``--check`` it changes nothing and exits 1 when the file is out of date. The host's own
+sections are ``hooks``, ``signals`` and ``services``; the installed plugins add theirs through the
+``docs_sections`` hook (a plugin's config table, say), rendered here whatever the plugin is.
 
 The Aalis names (the TypeScript plugin this project ports) are listed only where the Aalis
 documentation names a counterpart; everything else comes from signatures, docstrings and pydantic
@@ -29,18 +30,20 @@ from pydantic.fields import FieldInfo
 from . import hookspecs, services, signals
 
 __all__ = [
-    "AALIS_CONFIG",
     "AALIS_HOOKS",
     "AALIS_SERVICES",
     "AALIS_SIGNALS",
     "SECTIONS",
     "config_rows",
     "main",
+    "plugin_sections",
     "render_config",
     "render_hooks",
     "render_readme",
+    "render_section",
     "render_services",
     "render_signals",
+    "sections",
 ]
 
 NONE = "—"
@@ -68,16 +71,6 @@ AALIS_SERVICES: dict[tuple[str, str], str] = {
     ("memory", "get_metadata"): "metadata interface (read)",
     ("memory", "save_metadata"): "metadata interface (write)",
     ("message-archive", "save_message"): "`message-archive` (compression marker)",
-}
-
-#: Our config key -> the Aalis config field(s).
-AALIS_CONFIG: dict[str, str] = {
-    "threshold": "`threshold`",
-    "keep_recent": "`keepRecent`",
-    "summary_token_ratio": "`summaryTokenRatio`",
-    "auto_compress_threshold": "`autoCompressThreshold`",
-    "summary_prompt": "`summaryPrompt`",
-    "summary_model": "`summaryModelMode` + `summaryLLM`",
 }
 
 #: Service name in ``plugin.toml`` -> its Protocol.
@@ -179,12 +172,16 @@ def render_hooks() -> str:
     anchors = ", ".join(_code(a) for a in hookspecs.ANCHORS)
     tool = ", ".join(_code(f) for f in hookspecs.AgentTool.model_fields)
     context = ", ".join(_code(f) for f in hookspecs.ToolContext.model_fields)
+    command = ", ".join(_code(f) for f in hookspecs.ChatCommand.model_fields)
+    section = ", ".join(_code(f) for f in hookspecs.DocsSection.model_fields)
     return (
         f"{table}\n\n"
         f"`view` ({summary_line(hookspecs.PromptView)[:-1].lower()}): {view}.\n"
         f"A contribution has {contribution}; anchors, in prompt order: {anchors}.\n"
         f"An agent tool has {tool}; the host calls `handler(context, **arguments)` with a "
-        f"context of {context}; its return value is the tool message, an exception a tool error."
+        f"context of {context}; its return value is the tool message, an exception a tool error.\n"
+        f"A chat command has {command}; a docs section has {section} (a config model becomes "
+        "a table of its keys)."
     )
 
 
@@ -353,11 +350,12 @@ def config_rows(
             yield f"{prefix}{name}", info, model
 
 
-def render_config() -> str:
-    from plugin_memory_summary.config import MemorySummaryConfig
-
+def render_config(model: type[BaseModel], columns: dict[str, dict[str, str]] | None = None) -> str:
+    """A config model as a table: key, type, default, range, what it does, then one column per
+    entry of ``columns`` (header -> key -> cell; a key without a cell gets ``—``)."""
+    extra = columns or {}
     rows = []
-    for key, info, _ in config_rows(MemorySummaryConfig):
+    for key, info, _ in config_rows(model):
         rows.append(
             [
                 _code(key),
@@ -365,19 +363,56 @@ def render_config() -> str:
                 _default(info),
                 _range(info),
                 _markdown(info.description or NONE),
-                AALIS_CONFIG.get(key, NONE),
+                *(cells.get(key, NONE) for cells in extra.values()),
             ]
         )
-    return _table(["key", "type", "default", "range", "what it does", "Aalis"], rows)
+    return _table(["key", "type", "default", "range", "what it does", *extra], rows)
+
+
+def render_section(section: hookspecs.DocsSection) -> str:
+    """What a plugin's section renders to: its config table, or its markdown."""
+    if section.config is not None:
+        return render_config(section.config, section.columns)
+    return section.markdown
+
+
+def plugin_sections() -> dict[str, hookspecs.DocsSection]:
+    """The sections the installed plugins contribute through ``docs_sections``, by name. Two
+    plugins naming the same section (or a host section) is an error."""
+    from .config import HostConfig
+    from .plugins import get_plugin_manager
+
+    pm, _ = get_plugin_manager(HostConfig())
+    found: dict[str, hookspecs.DocsSection] = {}
+    for impl in pm.hook.docs_sections.get_hookimpls():
+        value = impl.function()
+        items = value if isinstance(value, list) else ([] if value is None else [value])
+        for item in items:
+            section = hookspecs.DocsSection.model_validate(item)
+            if section.name in SECTIONS or section.name in found:
+                raise ValueError(
+                    f"plugin {impl.plugin_name!r}: docs section {section.name!r} is taken"
+                )
+            found[section.name] = section
+    return found
 
 
 # -- the README --------------------------------------------------------------------------------
+#: The host's own sections.
 SECTIONS: dict[str, Callable[[], str]] = {
     "hooks": render_hooks,
     "signals": render_signals,
     "services": render_services,
-    "config": render_config,
 }
+
+
+def sections() -> dict[str, Callable[[], str]]:
+    """Every section: the host's and the installed plugins'."""
+    found: dict[str, Callable[[], str]] = dict(SECTIONS)
+    for name, section in plugin_sections().items():
+        found[name] = lambda section=section: render_section(section)  # type: ignore[misc]
+    return found
+
 
 _BLOCK = re.compile(
     r"(<!-- BEGIN GENERATED: (?P<name>[\w-]+) -->\n)"
@@ -394,12 +429,13 @@ def render_readme(text: str) -> str:
     ends = re.findall(r"<!-- END GENERATED: ([\w-]+) -->", text)
     if begins != ends:
         raise ValueError(f"unbalanced GENERATED markers: begins {begins}, ends {ends}")
-    unknown = sorted(set(begins) - set(SECTIONS))
+    known = sections() if set(begins) - set(SECTIONS) else SECTIONS
+    unknown = sorted(set(begins) - set(known))
     if unknown:
         raise ValueError(f"unknown GENERATED section(s): {', '.join(unknown)}")
 
     def replace(match: re.Match[str]) -> str:
-        body = SECTIONS[match.group("name")]().rstrip("\n") + "\n"
+        body = known[match.group("name")]().rstrip("\n") + "\n"
         return match.group(1) + body + match.group(4)
 
     return _BLOCK.sub(replace, text)

@@ -1,4 +1,5 @@
-"""The whole plugin contract: eight hooks, the prompt view, a contribution and an agent tool.
+"""The whole plugin contract: eleven hooks, the prompt view, a contribution, an agent tool, a
+chat command and a docs section.
 
 Implement any subset, with any subset of a hook's arguments (pluggy passes only the ones you
 name: that is how a plugin asks for services). Plain ``def`` or ``async def`` both work; the host
@@ -82,6 +83,38 @@ class AgentTool(BaseModel):
     handler: Callable[..., Any]
 
 
+class ChatCommand(BaseModel):
+    """A slash command a plugin adds to ``host-stub chat``.
+
+    ``/name`` runs ``handler(argument)`` (plain or async; ``argument`` is the rest of the line,
+    ``""`` when ``takes_argument`` is false) and the chat shows the text it returns, if any.
+    """
+
+    model_config = ConfigDict(frozen=True, defer_build=True, arbitrary_types_allowed=True)
+
+    name: str
+    help: str
+    handler: Callable[..., Any]
+    takes_argument: bool = False
+
+
+class DocsSection(BaseModel):
+    """A block of generated documentation a plugin contributes: the text between
+    ``<!-- BEGIN GENERATED: name -->`` and its ``END`` marker (``python -m host_stub.docgen``).
+
+    Either ``config``, a pydantic model rendered as a table of its keys (type, default, range,
+    description) with one more column per entry of ``columns`` (header -> key -> cell), or
+    ready ``markdown``.
+    """
+
+    model_config = ConfigDict(frozen=True, defer_build=True, arbitrary_types_allowed=True)
+
+    name: str
+    config: type[BaseModel] | None = None
+    columns: dict[str, dict[str, str]] = {}
+    markdown: str = ""
+
+
 @hookspec
 def startup(host: Any, config: Any, memory: Any, llm: Any, message_archive: Any) -> None:
     """Start the plugin with its validated config and the services it names; may be async."""
@@ -95,6 +128,25 @@ def plugin_config_schema() -> type[BaseModel]:
 @hookspec
 def register_commands(cli: Any, open_host: Any) -> None:
     """Add click commands to ``cli``; ``open_host()`` is an async context manager for a host."""
+
+
+@hookspec
+def plugin_models(config: BaseModel, default_model: str | None) -> list[str]:
+    """:return: the models this plugin calls with its validated ``config`` (``default_model`` is
+    the host's), which the CLI checks before it starts a host."""
+
+
+@hookspec
+def docs_sections() -> list[DocsSection] | DocsSection | None:
+    """:return: generated documentation blocks of this plugin (its config table, say)."""
+
+
+@hookspec
+def chat_commands(
+    session_id: str, notify: Callable[[str], None]
+) -> list[ChatCommand] | ChatCommand | None:
+    """:return: slash commands for ``host-stub chat`` on ``session_id``; asked once, after
+    ``startup``; ``notify(line)`` shows a line before the next prompt. May be async."""
 
 
 @hookspec

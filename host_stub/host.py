@@ -173,6 +173,13 @@ class Host:
     def get_plugin(self, name: str) -> Any:
         return self.plugins[name].plugin
 
+    async def __aenter__(self) -> Host:
+        """``async with Host(config) as host``: started on entry, stopped on the way out."""
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
     async def start(self) -> Host:
         """Load and validate plugins (every config error surfaces here), open services, start
         plugins."""

@@ -33,6 +33,7 @@ __all__ = [
     "replay_key",
     "resume_point",
     "split_turns",
+    "stored_replay",
     "with_replay_keys",
 ]
 
@@ -162,6 +163,26 @@ def resume_point(messages: Sequence[Message], stored_keys: Sequence[str]) -> int
                 "another conversation (or the file changed)"
             )
     return len(stored_keys)
+
+
+async def stored_replay(url: str, session_id: str) -> tuple[int, list[str]]:
+    """How many messages ``session_id`` already has in the store at ``url`` in its current
+    epoch, and the replay keys among them, oldest first."""
+    from .memory import open_memory
+
+    memory = open_memory(url, lambda message: 0)
+    try:
+        epoch = await memory.get_epoch(session_id)
+        stored = [
+            *await memory.get_archived(session_id, epoch=epoch),
+            *await memory.get_history(session_id),
+        ]
+    finally:
+        await memory.close()
+    stored.sort(key=lambda m: m.seq or 0)
+    messages = [m for m in stored if not m.is_marker]
+    keys = [str(m.metadata[REPLAY_KEY]) for m in messages if REPLAY_KEY in m.metadata]
+    return len(messages), keys
 
 
 def split_turns(

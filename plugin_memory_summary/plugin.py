@@ -27,6 +27,7 @@ from host_stub.services import (
 from .config import MemorySummaryConfig
 from .context import MemoryContext, memory_context
 from .decisions import hard_triggered, soft_triggered, turn_triggered
+from .extensions import HostExtensions
 from .lease import warm_up
 from .maintenance import mark_stale, rebuild, update_record
 from .pipeline import Pipeline
@@ -58,8 +59,9 @@ class NotStartedError(RuntimeError):
     """The plugin was used before the host called its ``startup`` hook."""
 
 
-class MemorySummaryPlugin:
-    """One instance per host (the entry point names :func:`create_plugin`)."""
+class MemorySummaryPlugin(HostExtensions):
+    """One instance per host (the entry point names :func:`create_plugin`); the hooks that
+    extend the host's CLI, chat and docs are in :class:`~.extensions.HostExtensions`."""
 
     name = PLUGIN_NAME
 
@@ -195,12 +197,6 @@ class MemorySummaryPlugin:
         from .recall import recall_tools  # memory_search and memory_expand
 
         return recall_tools(self.memory, self.tokens.llm, self.config.recall_tokens)
-
-    @hookimpl
-    def register_commands(self, cli: Any, open_host: Any) -> None:
-        from .commands import register
-
-        register(cli, open_host)
 
     # -- receivers -----------------------------------------------------------------------------
     async def _on_turn_after(self, sender: Any, **payload: Any) -> None:

@@ -425,7 +425,8 @@ class Redactor:
         self.extra_patterns: tuple[str, ...] = tuple(extra_patterns)
         named = list(BUILTIN_PATTERNS.items())
         named += [(f"custom-{i}", p) for i, p in enumerate(extra_patterns)]
-        self._passes = [
+        #: The passes, in the order they run: ``(name, accessor of the compiled pattern)``.
+        self.passes = [
             (
                 name,
                 _LazyStdlib(p)
@@ -440,7 +441,7 @@ class Redactor:
         """``text`` with every match replaced by ``[REDACTED:<name>]`` (only the ``secret``
         group when a pattern has one). Raises :class:`RedactionError` on a pattern timeout."""
         folded: str | None = None
-        for name, pattern in self._passes:
+        for name, pattern in self.passes:
             if name in BUILTIN_HINTS:
                 if folded is None:
                     folded = text.casefold()

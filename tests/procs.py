@@ -310,17 +310,17 @@ class _Child:
         self.host: Any = None
 
     async def start(self) -> None:
-        from fakes import ScriptedLLM
-        from plugin_harness import counter, json_summary
+        from plugin_harness import json_summary
 
         from host_stub import signals
         from host_stub.config import HostConfig
         from host_stub.host import Host
         from host_stub.memory.sqlite import SQLiteMemory
+        from host_stub.testing import FakeLLM, message_tokens
 
-        memory = ProbeMemory(SQLiteMemory(self.spec.db, token_counter=counter), self.probe)
+        memory = ProbeMemory(SQLiteMemory(self.spec.db, token_counter=message_tokens), self.probe)
         await memory.install_trace()
-        llm = ProbeLLM(ScriptedLLM(default=json_summary), self.probe)
+        llm = ProbeLLM(FakeLLM(default=json_summary), self.probe)
         self.host = Host(HostConfig.model_validate(_config(self.spec)), memory=memory, llm=llm)
         await self.host.start()
 
@@ -640,10 +640,10 @@ if os.environ.get(_PRELOAD_ENV) == "1":
     from host_stub.llm import ensure_litellm
 
     ensure_litellm()
-    import fakes  # noqa: F401
     import plugin_harness  # noqa: F401
 
     import host_stub.cli  # noqa: F401
     import host_stub.host  # noqa: F401
     import host_stub.memory.sqlite  # noqa: F401
+    import host_stub.testing  # noqa: F401
     import plugin_memory_summary  # noqa: F401

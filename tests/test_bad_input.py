@@ -24,15 +24,15 @@ from typing import Any
 
 import procs
 import pytest
-from fakes import ScriptedLLM
 from invariants import InvariantChecker
-from plugin_harness import counter, make_harness
+from plugin_harness import plugin_host
 
 from host_stub.config import ConfigError, HostConfig, load_host_config
 from host_stub.host import Host
 from host_stub.memory.sqlite import SQLiteMemory
 from host_stub.messages import Message
 from host_stub.plugins import get_plugin_manager, plugin_config, read_manifest
+from host_stub.testing import FakeLLM, message_tokens
 from host_stub.transcripts import TranscriptError, load_transcript
 from plugin_memory_summary.render import render_transcript
 from plugin_memory_summary.text import cut_text
@@ -54,12 +54,9 @@ def one_line(message: str) -> str:
 
 async def seeded_store(db: Path, session: str = "kept", turns: int = 8) -> dict[str, Any]:
     """A store holding one compressed session; returns its rows."""
-    h = await make_harness(PLUGIN, db=db)
-    try:
+    async with plugin_host(PLUGIN, db=db) as h:
         await h.turns(session, turns)
         await h.plugin.compress(session)
-    finally:
-        await h.host.stop()
     rows = procs.dump(db)
     assert rows["messages"] and rows["metadata"]
     return rows
@@ -183,7 +180,7 @@ async def test_a_manifest_requiring_a_service_the_host_lacks_fails_at_start(tmp_
     db = tmp_path / "store.db"
     before = await seeded_store(db)
     config = HostConfig.model_validate({"plugins": {"allow": ["memory-summary"]}})
-    host = Host(config, memory=SQLiteMemory(db, counter), llm=ScriptedLLM())
+    host = Host(config, memory=SQLiteMemory(db, message_tokens), llm=FakeLLM())
     import host_stub.plugins as plugins
 
     real = plugins.read_manifest
@@ -316,7 +313,7 @@ async def test_plugin_config_errors_fail_at_start_not_at_turn_40(
     header = "" if body.startswith("[") else "[plugin.memory-summary]\n"
     path.write_text(f'[plugins]\nallow = ["memory-summary"]\n{header}{body}\n')
     config = load_host_config(path)  # the file itself is well formed
-    host = Host(config, memory=SQLiteMemory(db, counter), llm=ScriptedLLM())
+    host = Host(config, memory=SQLiteMemory(db, message_tokens), llm=FakeLLM())
     try:
         with pytest.raises(ConfigError) as info:
             await host.start()
@@ -331,7 +328,9 @@ async def test_a_config_for_a_plugin_that_is_not_loaded_is_an_error(tmp_path: Pa
     path = tmp_path / "host.toml"
     path.write_text("[plugin.memory-sumary]\nthreshold = 40\n")
     host = Host(
-        load_host_config(path), memory=SQLiteMemory(tmp_path / "x.db", counter), llm=ScriptedLLM()
+        load_host_config(path),
+        memory=SQLiteMemory(tmp_path / "x.db", message_tokens),
+        llm=FakeLLM(),
     )
     with pytest.raises(
         ConfigError, match=r"host.toml: plugin.memory-sumary: no such plugin loaded"
@@ -547,9 +546,8 @@ async def _surrogate_session(h: Any) -> list[Message]:
     ],
 )
 async def test_lone_surrogates_append_compress_and_render_in_memory(summarizer: str) -> None:
-    llm = ScriptedLLM(default_model=None) if summarizer == "rules" else None
-    h = await make_harness(PLUGIN, llm=llm)
-    try:
+    llm = FakeLLM(default_model=None) if summarizer == "rules" else None
+    async with plugin_host(PLUGIN, llm=llm) as h:
         stored = await _surrogate_session(h)
         checker = InvariantChecker(h.host.memory, "s")
         checker.expect(stored)
@@ -568,8 +566,6 @@ async def test_lone_surrogates_append_compress_and_render_in_memory(summarizer: 
         context = await h.plugin.memory_context("s")
         context.recent_transcript.encode("utf-8")
         assert any(c["status"] == "done" for c in h.finals()) or result["status"] == "done"
-    finally:
-        await h.host.stop()
 
 
 def test_render_never_emits_a_lone_surrogate() -> None:
@@ -583,23 +579,19 @@ def test_render_never_emits_a_lone_surrogate() -> None:
 
 
 async def test_lone_surrogates_on_sqlite_do_not_crash_the_turn(tmp_path: Path) -> None:
-    h = await make_harness(PLUGIN, db=tmp_path / "s.db")
-    try:
+    async with plugin_host(PLUGIN, db=tmp_path / "s.db") as h:
         stored = await _surrogate_session(h)
         checker = InvariantChecker(h.host.memory, "s")
         checker.expect(stored)
         assert (await h.plugin.compress("s"))["status"] == "done"
         await checker.check()
-    finally:
-        await h.host.stop()
 
 
 async def test_a_10mb_message_is_stored_counted_compressed_and_cut_for_the_summarizer(
     tmp_path: Path,
 ) -> None:
     # Past the default size limit (200,000 characters): this host takes any size.
-    h = await make_harness(PLUGIN, db=tmp_path / "big.db", host={"max_message_chars": 0})
-    try:
+    async with plugin_host(PLUGIN, db=tmp_path / "big.db", host={"max_message_chars": 0}) as h:
         big = ("lorem ipsum dolor sit amet, ORDER-778899 " * 250_000)[:10_000_000]
         t0 = time.monotonic()
         first = await h.host.run_turn(
@@ -607,7 +599,7 @@ async def test_a_10mb_message_is_stored_counted_compressed_and_cut_for_the_summa
         )
         assert first.outcome == "replied"
         stored = [*first.messages]
-        assert first.messages[0].tokens == counter(Message(role="user", content=big))
+        assert first.messages[0].tokens == message_tokens(Message(role="user", content=big))
         for result in await h.turns("s", 3):
             stored.extend(result.messages)
         result = await h.plugin.compress("s")
@@ -625,8 +617,6 @@ async def test_a_10mb_message_is_stored_counted_compressed_and_cut_for_the_summa
         archived = await h.host.memory.get_archived("s")
         assert archived[0].content == big and archived[0].archived == "summarized"
         assert elapsed < 60, f"10 MB turn and compression took {elapsed:.1f}s"
-    finally:
-        await h.host.stop()
 
 
 # -- empty sessions and unknown ids -----------------------------------------------------------------------------
@@ -635,8 +625,7 @@ async def test_a_10mb_message_is_stored_counted_compressed_and_cut_for_the_summa
 async def test_every_public_call_on_an_unknown_session_is_a_safe_no_op(tmp_path: Path) -> None:
     db = tmp_path / "store.db"
     before = await seeded_store(db)
-    h = await make_harness(PLUGIN, db=db)
-    try:
+    async with plugin_host(PLUGIN, db=db) as h:
         p = h.plugin
         assert await p.get_conversation_summary("nope") is None
         assert await p.show("nope") is None
@@ -667,8 +656,6 @@ async def test_every_public_call_on_an_unknown_session_is_a_safe_no_op(tmp_path:
         assert (await p.unpin("nope-pin", "likes tea")).payload.pinned_facts == []
         assert (await p.edit("nope-edit", "edited")).payload.summary == "edited"
         assert await h.host.memory.get_history("nope-pin") == []
-    finally:
-        await h.host.stop()
     after = procs.dump(db)
     # The session that exists is untouched; no message anywhere changed.
     assert after["messages"] == before["messages"] and after["sessions"] == before["sessions"]
@@ -677,8 +664,7 @@ async def test_every_public_call_on_an_unknown_session_is_a_safe_no_op(tmp_path:
 
 
 async def test_empty_sessions_compress_to_nothing_and_keep_system_messages(tmp_path: Path) -> None:
-    h = await make_harness(PLUGIN, db=tmp_path / "store.db")
-    try:
+    async with plugin_host(PLUGIN, db=tmp_path / "store.db") as h:
         # Only a system message (core memory), then a session cleared of everything.
         [system] = await h.host.memory.append("sys-only", [Message(role="system", content="rules")])
         await h.turns("cleared", 8)
@@ -692,8 +678,6 @@ async def test_empty_sessions_compress_to_nothing_and_keep_system_messages(tmp_p
         assert await h.host.memory.get_archived("sys-only") == []
         _, prompt, _, _ = await h.host.build_prompt("cleared")
         assert [m["role"] for m in prompt] == ["system"]
-    finally:
-        await h.host.stop()
 
 
 def test_cli_commands_on_unknown_sessions_say_so_and_touch_nothing(tmp_path: Path) -> None:
@@ -739,7 +723,7 @@ def test_cli_on_an_empty_store(tmp_path: Path) -> None:
     db = tmp_path / "empty.db"
 
     async def create() -> None:
-        memory = SQLiteMemory(db, counter)
+        memory = SQLiteMemory(db, message_tokens)
         await memory.list_sessions()
         await memory.close()
 

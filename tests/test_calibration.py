@@ -89,9 +89,8 @@ async def test_watermark_error_falls_under_3_percent_after_a_few_calls(tmp_path:
                 "plugins": {"allow": []},
             }
         )
-        host = await Host(config).start()
-        errors = []
-        try:
+        async with Host(config) as host:
+            errors = []
             for i in range(8):
                 text = (
                     f"Day {i}: we walked along the river, ate dumplings and booked RES-{i}. " * 20
@@ -103,8 +102,6 @@ async def test_watermark_error_falls_under_3_percent_after_a_few_calls(tmp_path:
                 truth = (provider_count(sent) + RESERVE) / WINDOW
                 errors.append(abs(usage.usage_ratio - truth) / truth)
             report = host.calibration_report()
-        finally:
-            await host.stop()
     # Uncalibrated, the watermark is a fifth low; after a few calls it is within 3%.
     assert errors[0] > 0.1, errors
     assert max(errors[3:]) < 0.03, errors
@@ -128,13 +125,10 @@ async def test_no_calibration_when_turned_off() -> None:
                 "plugins": {"allow": []},
             }
         )
-        host = await Host(config).start()
-        try:
+        async with Host(config) as host:
             for _ in range(3):
                 await host.run_turn("s", "A long enough message to count for calibration. " * 10)
             usage = (await host.build_prompt("s"))[2]
-        finally:
-            await host.stop()
     assert usage.calibration == 1.0 and usage.context_window == WINDOW
 
 
@@ -149,12 +143,9 @@ async def test_summarizer_calls_calibrate_the_service() -> None:
         config = HostConfig.model_validate(
             {"host": {"memory": "memory://", "model": MODEL}, "plugins": {"allow": []}}
         )
-        host = await Host(config, llm=llm).start()
-        try:
+        async with Host(config, llm=llm) as host:
             assert host.token_ratio() == pytest.approx(SCALE, rel=0.03)
             assert host.calibration_report()["service_calls"][MODEL]["samples"] == 2
-        finally:
-            await host.stop()
 
 
 async def test_estimated_usage_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -196,12 +187,9 @@ async def test_an_unknown_model_gets_one_line_at_start_naming_the_setting(
             }
         )
         with caplog.at_level(logging.WARNING, logger="host_stub"):
-            host = await Host(config).start()
-            try:
+            async with Host(config) as host:
                 for _ in range(2):
                     await host.build_prompt("s")
-            finally:
-                await host.stop()
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(lines) == 1, lines
     assert f'[host.models."{MODEL}"] context_window' in lines[0]
@@ -226,11 +214,8 @@ async def test_the_window_the_server_reports_is_used(
             }
         )
         with caplog.at_level(logging.WARNING, logger="host_stub"):
-            host = await Host(config).start()
-            try:
+            async with Host(config) as host:
                 assert host.context_window() == window
-            finally:
-                await host.stop()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
@@ -253,7 +238,7 @@ def test_server_window_parsing() -> None:
 
 async def test_the_replay_report_shows_the_calibration() -> None:
     from host_stub.messages import Message
-    from host_stub.report import render_report, run_replay
+    from plugin_memory_summary.report import render_report, run_replay
 
     summary = json.dumps({"goal": "plan the trip", "summary": "Lena plans a trip to Kyoto."})
     server = FakeOpenAIServer(summary, count_prompt=provider_count)

@@ -17,7 +17,6 @@ from typing import Any
 import procs
 import pytest
 from fake_openai import FakeOpenAIServer, Reply
-from plugin_harness import counter
 from test_memory_contract import BACKENDS, CLEANUP
 
 from host_stub.checks import MessageRejected, cut_to_limit, message_problem
@@ -27,6 +26,7 @@ from host_stub.memory import open_memory
 from host_stub.memory.sqlite import SQLiteMemory
 from host_stub.messages import Message
 from host_stub.session_ids import MAX_SESSION_ID_CHARS, InvalidSessionId, session_id_problem
+from host_stub.testing import message_tokens
 from host_stub.transcripts import (
     REPLAY_KEY,
     TranscriptError,
@@ -80,7 +80,7 @@ def config_file(tmp_path: Path, text: str = CONFIG) -> Path:
 
 async def stored(db: Path, session: str) -> list[Message]:
     """Every message of ``session`` (active and archived, markers left out), oldest first."""
-    memory = SQLiteMemory(db, counter)
+    memory = SQLiteMemory(db, message_tokens)
     try:
         messages = [*await memory.get_archived(session), *await memory.get_history(session)]
     finally:
@@ -139,7 +139,7 @@ def test_p3_a_replay_cut_short_resumes_where_it_stopped(kept: int, tmp_path: Pat
     keyed = with_replay_keys(load_transcript(path))
 
     async def crashed_run() -> None:
-        memory = SQLiteMemory(db, counter)
+        memory = SQLiteMemory(db, message_tokens)
         try:
             await memory.append("trip", keyed[:kept])
         finally:
@@ -209,16 +209,14 @@ def test_p8_a_message_without_content_is_refused_and_nothing_stored(
 
 
 async def test_p8_the_host_refuses_a_message_without_content_before_storing(tmp_path: Path) -> None:
-    from fakes import ScriptedLLM
+    from host_stub.testing import FakeLLM
 
-    host = Host(HostConfig(), memory=SQLiteMemory(tmp_path / "h.db", counter), llm=ScriptedLLM())
-    await host.start()
-    try:
+    async with Host(
+        HostConfig(), memory=SQLiteMemory(tmp_path / "h.db", message_tokens), llm=FakeLLM()
+    ) as host:
         with pytest.raises(MessageRejected, match="a user message needs content"):
             await host.run_turn("s", Message(role="user"))
         assert await host.memory.list_sessions() == []
-    finally:
-        await host.stop()
 
 
 # -- 9: the per-message size limit -------------------------------------------------------------------
@@ -264,17 +262,15 @@ def test_p9_the_limit_is_configurable(limit: int, tmp_path: Path) -> None:
 async def test_p9_the_host_refuses_an_over_long_input_and_cuts_a_tool_output(
     tmp_path: Path,
 ) -> None:
-    from fakes import ScriptedLLM
+    from host_stub.testing import FakeLLM
 
     config = HostConfig.model_validate({"host": {"max_message_chars": 100}})
-    host = Host(config, memory=SQLiteMemory(tmp_path / "h.db", counter), llm=ScriptedLLM())
-    await host.start()
-    try:
+    async with Host(
+        config, memory=SQLiteMemory(tmp_path / "h.db", message_tokens), llm=FakeLLM()
+    ) as host:
         with pytest.raises(MessageRejected, match="101 characters, over the limit of 100"):
             await host.run_turn("s", "z" * 101)
         assert await host.memory.list_sessions() == []
-    finally:
-        await host.stop()
     cut = cut_to_limit("w" * 1000, 100)
     kept = cut.index("\n")
     assert len(cut) <= 100 and cut[:kept] == "w" * kept
@@ -390,7 +386,7 @@ def test_p11_a_file_name_that_is_no_session_id_asks_for_session(tmp_path: Path) 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 async def test_p11_every_backend_applies_the_same_rule(backend: str, tmp_path: Path) -> None:
     url = BACKENDS[backend](tmp_path)
-    memory = open_memory(url, counter)
+    memory = open_memory(url, message_tokens)
     try:
         for name, bad in BAD_IDS.items():
             with pytest.raises(InvalidSessionId, match="invalid session id"):

@@ -32,10 +32,11 @@ from typing import Any
 import procs
 import pytest
 from invariants import InvariantChecker
-from plugin_harness import counter, make_harness
+from plugin_harness import plugin_host
 
 from host_stub.memory.sqlite import SQLiteMemory
 from host_stub.messages import Message
+from host_stub.testing import message_tokens
 from plugin_memory_summary.config import MemorySummaryConfig
 
 KILLS = 3
@@ -114,8 +115,7 @@ async def _restart_and_resume(
     once the dead process's lease has expired. Returns the carried checker, how long the dead
     lease held the compression off, and how many times it was turned away."""
     dead_until = _dead_lease_expiry(db)
-    h = await make_harness(procs.CHILD_PLUGIN, db=db)
-    try:
+    async with plugin_host(procs.CHILD_PLUGIN, db=db) as h:
         memory = h.host.memory
         fresh = InvariantChecker(memory, SESSION)
         fresh.expect(expected)
@@ -161,8 +161,6 @@ async def _restart_and_resume(
         assert all((m.seq or 0) <= record.covered_up_to_seq for m in expected)
         assert h.llm.calls, "the resumed compression did not reach the summarizer"
         return carried, waited, refused
-    finally:
-        await h.host.stop()
 
 
 TURN_PLUGIN = {**procs.CHILD_PLUGIN, "threshold": 10}
@@ -181,8 +179,7 @@ async def _turns_resume(db: Path, round_: int) -> tuple[int, float]:
     """A fresh host replays turns, one at a time, until one of them triggers a compression
     that succeeds by itself (the first ones find the dead process's lease). Returns the number of
     turns it took and the time."""
-    h = await make_harness(TURN_PLUGIN, db=db)
-    try:
+    async with plugin_host(TURN_PLUGIN, db=db) as h:
         t0 = time.monotonic()
         for n in range(1, 200):
             await h.turns(SESSION, 1, start=5000 * (round_ + 1) + n)
@@ -198,8 +195,6 @@ async def _turns_resume(db: Path, round_: int) -> tuple[int, float]:
             await asyncio.sleep(0.01)
         await InvariantChecker(h.host.memory, SESSION).check()
         return n, time.monotonic() - t0
-    finally:
-        await h.host.stop()
 
 
 @pytest.mark.slow
@@ -227,7 +222,7 @@ def test_kill_during_a_turn_triggered_compression_then_turns_resume_it(
         _assert_killed_state(point, info, before, _state(db), db)
 
         async def check(stored: list[Message] = stored) -> InvariantChecker:
-            memory = SQLiteMemory(db, counter)
+            memory = SQLiteMemory(db, message_tokens)
             try:
                 nonlocal carried
                 fresh = InvariantChecker(memory, SESSION)

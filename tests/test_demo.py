@@ -15,8 +15,8 @@ import pytest
 from fake_openai import FakeOpenAIServer, Reply
 
 from host_stub.cli import main
-from host_stub.demo import DEMO_CONFIG, EARLY_FACTS, FACTS, generate_conversation
 from host_stub.messages import Message, tool_groups
+from plugin_memory_summary.demo import DEMO_CONFIG, EARLY_FACTS, FACTS, generate_conversation
 
 SVG = "{http://www.w3.org/2000/svg}"
 

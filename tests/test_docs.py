@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import ScriptedLLM, simple_count
 
 from host_stub import docgen, hookspecs, signals
 from host_stub.config import HostConfig, load_host_config
 from host_stub.host import Host
 from host_stub.memory.inmemory import InMemoryMemory
 from host_stub.plugins import PluginManifest
+from host_stub.testing import FakeLLM, simple_count
 from plugin_memory_summary.config import MemorySummaryConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,7 +48,9 @@ def test_readme_is_up_to_date_with_the_generator() -> None:
 
 def test_readme_has_every_generated_section() -> None:
     text = readme()
-    for name in docgen.SECTIONS:
+    assert set(docgen.SECTIONS) == {"hooks", "signals", "services"}
+    assert "config" in docgen.sections()  # the plugin's, through its docs_sections hook
+    for name in docgen.sections():
         assert f"<!-- BEGIN GENERATED: {name} -->" in text
         assert f"<!-- END GENERATED: {name} -->" in text
 
@@ -60,6 +62,9 @@ def test_every_hook_signal_and_config_key_is_in_the_readme() -> None:
         "startup",
         "plugin_config_schema",
         "register_commands",
+        "plugin_models",
+        "docs_sections",
+        "chat_commands",
         "agent_prompt",
         "agent_tools",
         "prune_history",
@@ -87,7 +92,8 @@ def test_every_service_method_is_described() -> None:
 
 
 def test_config_table_shows_ranges_choices_and_aalis_names() -> None:
-    rows = {line.split("|")[1].strip(): line for line in docgen.render_config().splitlines()[2:]}
+    table = docgen.sections()["config"]()
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines()[2:]}
     assert "2 ≤ x ≤ 100 000" in rows["`threshold`"] and "`keepRecent`" in rows["`keep_recent`"]
     assert "0 < x ≤ 1" in rows["`summary_token_ratio`"]
     assert "`summary` / `window` / `off`" in rows["`strategy`"]
@@ -169,12 +175,10 @@ async def test_readme_host_config_example_starts_a_host(tmp_path: Path) -> None:
     config = load_host_config(path)
     assert config.plugin["memory-summary"]["threshold"] == 40
 
-    host = Host(config, memory=InMemoryMemory(token_counter=lambda m: 1), llm=ScriptedLLM())
-    await host.start()
-    try:
+    async with Host(
+        config, memory=InMemoryMemory(token_counter=lambda m: 1), llm=FakeLLM()
+    ) as host:
         cfg = host.plugins["memory-summary"].config
-    finally:
-        await host.stop()
     assert isinstance(cfg, MemorySummaryConfig)
     assert (cfg.threshold, cfg.keep_recent, cfg.caps.identifiers) == (40, 16, 60)
     assert cfg.caps.list_items == MemorySummaryConfig().caps.list_items
@@ -188,19 +192,15 @@ async def test_readme_plugin_example_runs_in_a_host(capsys: pytest.CaptureFixtur
     manifest = tomllib.loads(manifest_toml)
     PluginManifest.model_validate(manifest["plugin"] | {"config": manifest["config"]})
     plugin = module.create_plugin()
-    llm = ScriptedLLM(default="hello")
+    llm = FakeLLM(default="hello")
     config = HostConfig.model_validate({"plugins": {"allow": []}, "host": {"model": "fake/chat"}})
-    host = Host(
+    async with Host(
         config,
         memory=InMemoryMemory(token_counter=lambda m: simple_count(str(m.content))),
         llm=llm,
         plugins=[("my-plugin", plugin)],
-    )
-    await host.start()
-    try:
+    ) as host:
         result = await host.run_turn("s1", "hi")
-    finally:
-        await host.stop()
     assert result.outcome == "replied"
     assert llm.calls[0]["messages"][-1] == {"role": "system", "content": manifest["config"]["hint"]}
     assert "s1 replied" in capsys.readouterr().out

@@ -6,14 +6,16 @@ its commit (the marker and the lease release follow), and a trim it makes rebuil
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
-from fakes import ScriptedLLM
-from plugin_harness import json_summary, make_harness
+from plugin_harness import Harness, json_summary, plugin_host
 
 import plugin_memory_summary.plugin as plugin_module
 from host_stub.messages import Message
+from host_stub.testing import FakeLLM
 from plugin_memory_summary.decisions import (
     after_compression,
     plan_compression,
@@ -78,10 +80,13 @@ class CountingMemory:
         return won
 
 
-async def hard_mark_only(llm: ScriptedLLM | None = None) -> tuple[Any, CountingMemory]:
+@contextlib.asynccontextmanager
+async def hard_mark_only(
+    llm: FakeLLM | None = None,
+) -> AsyncIterator[tuple[Harness, CountingMemory]]:
     """A harness whose only trigger is the hard mark at half a 4,000-token window, the plugin's
     store wrapped in a :class:`CountingMemory`."""
-    h = await make_harness(
+    async with plugin_host(
         {
             "threshold": 1000,
             "keep_recent": 2,
@@ -90,10 +95,10 @@ async def hard_mark_only(llm: ScriptedLLM | None = None) -> tuple[Any, CountingM
         },
         host={"context_window": 4000, "system_prompt": "S"},
         llm=llm,
-    )
-    memory = CountingMemory(h.plugin.memory)
-    h.plugin.memory = memory
-    return h, memory
+    ) as h:
+        memory = CountingMemory(h.plugin.memory)
+        h.plugin.memory = memory
+        yield h, memory
 
 
 async def fill_to(h: Any, ratio: float, *, pad: int = 150, limit: int = 40) -> Any:
@@ -172,7 +177,7 @@ def test_after_compression_keeps_core_and_newer_messages_and_the_new_summary() -
 
 
 async def test_a_hard_mark_no_compression_can_help_takes_no_lease_and_still_reports() -> None:
-    h = await make_harness(
+    async with plugin_host(
         {
             "threshold": 1000,
             "keep_recent": 2,
@@ -181,10 +186,9 @@ async def test_a_hard_mark_no_compression_can_help_takes_no_lease_and_still_repo
             "cooldown_s": 0,
         },
         host={"context_window": 4000},
-    )
-    memory = CountingMemory(h.plugin.memory)
-    h.plugin.memory = memory
-    try:
+    ) as h:
+        memory = CountingMemory(h.plugin.memory)
+        h.plugin.memory = memory
         await h.turns("s", 2)
         # The newest message alone is over the mark: planning on the prompt's view says so.
         for _ in range(3):
@@ -196,12 +200,10 @@ async def test_a_hard_mark_no_compression_can_help_takes_no_lease_and_still_repo
         starts = [s for s in h.statuses if s["status"] == "start"]
         assert {s["request_id"] for s in starts} == {s["request_id"] for s in finals}
         assert memory.leases == 0 and h.llm.calls == []
-    finally:
-        await h.host.stop()
 
 
 async def test_a_call_past_both_marks_runs_one_blocking_compression_only() -> None:
-    h = await make_harness(
+    async with plugin_host(
         {
             "threshold": 1000,
             "keep_recent": 50,
@@ -210,8 +212,7 @@ async def test_a_call_past_both_marks_runs_one_blocking_compression_only() -> No
             "min_gain": 0.05,
         },
         host={"context_window": 4000, "system_prompt": "S"},
-    )
-    try:
+    ) as h:
         # ~35% of the window in small turns, then one message that passes both marks at once.
         await fill_to(h, 0.35, pad=100, limit=200)
         assert not h.requests and not h.finals()
@@ -229,8 +230,6 @@ async def test_a_call_past_both_marks_runs_one_blocking_compression_only() -> No
         await h.turns("s", 1, start=500)
         await h.plugin.wait_idle(timeout=30)
         assert not h.requests and len(h.finals()) == 1
-    finally:
-        await h.host.stop()
 
 
 async def test_a_blocking_request_that_joined_a_run_which_made_room_does_not_run_again() -> None:
@@ -240,35 +239,33 @@ async def test_a_blocking_request_that_joined_a_run_which_made_room_does_not_run
         await gate.wait()
         return json_summary(sent)
 
-    h, memory = await hard_mark_only(ScriptedLLM(default=slow))
-    try:
-        await fill_to(h, 0.4)
-        assert not h.finals()
-        _, _, usage, view = await h.host.build_prompt("s")
-        assert usage.usage_ratio < 0.5
-        # A prompt over the hard mark while a manual run of the same session waits on the model.
-        view = view.model_copy(update={"usage_ratio": 0.55})
-        manual = asyncio.ensure_future(h.plugin.compress("s"))
-        while not h.plugin.scheduler.running:
-            await asyncio.sleep(0.01)
-        blocking = asyncio.ensure_future(h.plugin.before_model_call(view))
-        await asyncio.sleep(0.05)
-        assert not blocking.done()  # it joined the running compression
-        gate.set()
-        await blocking
-        assert (await manual)["status"] == "done"
-        # What the manual run left (2 messages and its summary) is far under the mark.
-        assert memory.leases == 1
-        finals = h.finals()
-        assert len(finals) == 2 and all(s["status"] == "done" for s in finals)
-    finally:
-        gate.set()
-        await h.host.stop()
+    async with hard_mark_only(FakeLLM(default=slow)) as (h, memory):
+        try:
+            await fill_to(h, 0.4)
+            assert not h.finals()
+            _, _, usage, view = await h.host.build_prompt("s")
+            assert usage.usage_ratio < 0.5
+            # A prompt over the hard mark while a manual run of the same session waits on the model.
+            view = view.model_copy(update={"usage_ratio": 0.55})
+            manual = asyncio.ensure_future(h.plugin.compress("s"))
+            while not h.plugin.scheduler.running:
+                await asyncio.sleep(0.01)
+            blocking = asyncio.ensure_future(h.plugin.before_model_call(view))
+            await asyncio.sleep(0.05)
+            assert not blocking.done()  # it joined the running compression
+            gate.set()
+            await blocking
+            assert (await manual)["status"] == "done"
+            # What the manual run left (2 messages and its summary) is far under the mark.
+            assert memory.leases == 1
+            finals = h.finals()
+            assert len(finals) == 2 and all(s["status"] == "done" for s in finals)
+        finally:
+            gate.set()
 
 
 async def test_a_blocking_run_compresses_the_prompts_own_view_without_reading_it_again() -> None:
-    h, memory = await hard_mark_only()
-    try:
+    async with hard_mark_only() as (h, memory):
         results = []
         for i in range(40):
             results.extend(await h.turns("s", 1, start=i, pad=150))
@@ -278,13 +275,10 @@ async def test_a_blocking_run_compresses_the_prompts_own_view_without_reading_it
         assert [s["stats"]["trigger"] for s in done] == ["hard"]
         assert results[-1].usage[-1].rebuilt
         assert memory.leases == 1 and memory.commits == [True] and memory.reads_in_run == [0]
-    finally:
-        await h.host.stop()
 
 
 async def test_a_view_gone_stale_loses_the_commit_race_and_the_run_reads_afresh() -> None:
-    h, memory = await hard_mark_only()
-    try:
+    async with hard_mark_only() as (h, memory):
         for i in range(12):
             await h.turns("s", 1, start=i, pad=150)
         _, _, _, view = await h.host.build_prompt("s")
@@ -302,8 +296,6 @@ async def test_a_view_gone_stale_loses_the_commit_race_and_the_run_reads_afresh(
         assert seqs == list(range(1, seqs[-1] + 1))  # nothing lost, nothing twice
         record = snap.record.value if snap.record else {}
         assert record["covered_up_to_seq"] >= max(m.seq for m in archived if m.kind == "message")
-    finally:
-        await h.host.stop()
 
 
 # -- the injected block ----------------------------------------------------------------------------
@@ -312,11 +304,10 @@ async def test_a_view_gone_stale_loses_the_commit_race_and_the_run_reads_afresh(
 async def test_the_stored_summary_fits_its_block_whole_and_the_block_is_ready_before_the_turn() -> (
     None
 ):
-    h = await make_harness(
+    async with plugin_host(
         {"threshold": 100, "keep_recent": 2, "caps": {"summary_chars": 100_000}},
         host={"context_window": 8000},
-    )
-    try:
+    ) as h:
         budget, framing = h.plugin.tokens.budget(8000), h.plugin.tokens.framing_tokens("en")
         # An answer whose rendering fits the budget but not together with the block's framing.
         n = next(
@@ -350,8 +341,6 @@ async def test_the_stored_summary_fits_its_block_whole_and_the_block_is_ready_be
         sent = next(m["content"] for m in result.sent[0] if SUMMARY_OPEN in str(m["content"]))
         assert sent == whole
         assert counted == []  # built when the compression committed, not on the turn
-    finally:
-        await h.host.stop()
 
 
 class GatedRelease(CountingMemory):
@@ -368,15 +357,20 @@ class GatedRelease(CountingMemory):
         return bool(await self._inner.release_lease(lease))
 
 
-async def near_the_hard_mark() -> tuple[Any, GatedRelease, Any]:
-    """A hard-mark-only harness at 40% of its window, its store a :class:`GatedRelease`, and a
-    prompt view of session ``s`` that reads 55% (past the mark)."""
-    h, _ = await hard_mark_only()
-    memory = GatedRelease(h.plugin.memory._inner)
-    h.plugin.memory = memory
-    await fill_to(h, 0.4)
-    _, _, _, view = await h.host.build_prompt("s")
-    return h, memory, view.model_copy(update={"usage_ratio": 0.55})
+@contextlib.asynccontextmanager
+async def near_the_hard_mark() -> AsyncIterator[tuple[Harness, GatedRelease, Any]]:
+    """A hard-mark-only harness at 40% of its window, its store a :class:`GatedRelease` (its
+    gate opened before the host stops), and a prompt view of session ``s`` that reads 55% (past
+    the mark)."""
+    async with hard_mark_only() as (h, _):
+        memory = GatedRelease(h.host.memory)
+        h.plugin.memory = memory
+        try:
+            await fill_to(h, 0.4)
+            _, _, _, view = await h.host.build_prompt("s")
+            yield h, memory, view.model_copy(update={"usage_ratio": 0.55})
+        finally:
+            memory.gate.set()
 
 
 async def markers(h: Any, session_id: str) -> list[Message]:
@@ -385,8 +379,7 @@ async def markers(h: Any, session_id: str) -> list[Message]:
 
 
 async def test_a_blocking_request_ends_at_its_commit_and_the_next_run_waits_for_the_lease() -> None:
-    h, memory, view = await near_the_hard_mark()
-    try:
+    async with near_the_hard_mark() as (h, memory, view):
         # The lease release is held back, yet the blocking request is over: the commit is in.
         await asyncio.wait_for(h.plugin.before_model_call(view), timeout=10)
         assert [s["status"] for s in h.finals()] == ["done"] and memory.commits == [True]
@@ -403,14 +396,10 @@ async def test_a_blocking_request_ends_at_its_commit_and_the_next_run_waits_for_
             memory.leases == 2 and memory.releases == 2 and not h.plugin.scheduler.tail_pending("s")
         )
         assert [m.metadata["trigger"] for m in await markers(h, "s")][:1] == ["hard"]
-    finally:
-        memory.gate.set()
-        await h.host.stop()
 
 
 async def test_memory_clear_waits_for_the_marker_of_a_run_that_just_ended() -> None:
-    h, memory, view = await near_the_hard_mark()
-    try:
+    async with near_the_hard_mark() as (h, memory, view):
         await asyncio.wait_for(h.plugin.before_model_call(view), timeout=10)
         assert memory.releases == 0  # the marker and the release are still to come
         clearing = asyncio.ensure_future(h.host.clear("s"))
@@ -420,15 +409,12 @@ async def test_memory_clear_waits_for_the_marker_of_a_run_that_just_ended() -> N
         await asyncio.wait_for(clearing, timeout=10)
         # The marker was written before the clear, so it went with the cleared history.
         assert await markers(h, "s") == [] and memory.releases == 1
-    finally:
-        memory.gate.set()
-        await h.host.stop()
 
 
 async def test_a_blocking_window_trim_behind_a_core_system_message_rebuilds_the_prompt() -> None:
     # A trim changes neither the epoch, nor the summary record, nor the first active seq when a
     # core system message (never archived) heads the history: the host must still rebuild.
-    h = await make_harness(
+    async with plugin_host(
         {
             "strategy": "window",
             "threshold": 1000,
@@ -437,8 +423,7 @@ async def test_a_blocking_window_trim_behind_a_core_system_message_rebuilds_the_
             "hard_compress_threshold": 0.5,
         },
         host={"context_window": 4000, "system_prompt": "S"},
-    )
-    try:
+    ) as h:
         await h.host.memory.append("s", [Message(role="system", content="policy " * 50)])
         for i in range(60):
             result = (await h.turns("s", 1, start=i, pad=150))[0]
@@ -449,5 +434,3 @@ async def test_a_blocking_window_trim_behind_a_core_system_message_rebuilds_the_
         assert [s["stats"]["trigger"] for s in h.finals() if s["status"] == "done"] == ["hard"]
         sent = result.sent[-1]
         assert sum(1 for m in sent if m["role"] != "system") <= 4  # the trimmed history went
-    finally:
-        await h.host.stop()

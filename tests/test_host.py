@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import ScriptedLLM, simple_count
 
 from host_stub import signals
 from host_stub.bus import EventBus, UnknownSignalError
@@ -29,6 +28,7 @@ from host_stub.memory.inmemory import InMemoryMemory
 from host_stub.messages import Message, ToolCall, ToolCallFunction
 from host_stub.prompt import assemble_prompt, sanitize_tool_pairs
 from host_stub.services import Completion
+from host_stub.testing import FakeLLM, simple_count
 from host_stub.tools import ToolRegistry
 
 NO_ENTRY_POINTS = HostConfig.model_validate({"plugins": {"allow": []}})
@@ -66,14 +66,14 @@ class Recorder:
         return [n for n, _ in self.events]
 
 
-def make_host(*plugins: tuple[str, Any], llm: ScriptedLLM | None = None, **host: Any) -> Host:
+def make_host(*plugins: tuple[str, Any], llm: FakeLLM | None = None, **host: Any) -> Host:
     config = HostConfig.model_validate(
         {"plugins": {"allow": []}, "host": {"model": "fake/chat", **host}}
     )
     return Host(
         config,
         memory=InMemoryMemory(token_counter=lambda m: simple_count(str(m.content))),
-        llm=llm or ScriptedLLM(),
+        llm=llm or FakeLLM(),
         plugins=list(plugins),
     )
 
@@ -102,10 +102,9 @@ def test_import_does_not_import_litellm() -> None:
 
 async def test_plugin_receives_every_signal_with_its_payload() -> None:
     recorder = Recorder()
-    llm = ScriptedLLM(default="hello there")
+    llm = FakeLLM(default="hello there")
     host = make_host(("recorder", recorder), llm=llm)
-    await host.start()
-    try:
+    async with host:
         assert recorder.started_with["memory"] is host.memory
         result = await host.run_turn("s1", "hi")
         assert result.outcome == "replied"
@@ -115,8 +114,6 @@ async def test_plugin_receives_every_signal_with_its_payload() -> None:
         await host.bus.send(
             signals.SESSION_COMPRESSING, request_id="r", session_id="s1", status="done"
         )
-    finally:
-        await host.stop()
     seen = dict(recorder.events)
     assert set(seen) == set(signals.PAYLOADS)
     for name, payload in recorder.events:
@@ -151,18 +148,13 @@ async def test_two_hosts_do_not_share_plugin_instances(tmp_path: Path) -> None:
         Host(
             HostConfig(),
             memory=InMemoryMemory(token_counter=lambda m: 1),
-            llm=ScriptedLLM(default_model=None),
+            llm=FakeLLM(default_model=None),
         )
         for _ in range(2)
     ]
-    for h in hosts:
-        await h.start()
-    try:
+    async with hosts[0], hosts[1]:
         a, b = (h.get_plugin("memory-summary") for h in hosts)
         assert a is not b and a.memory is hosts[0].memory and b.memory is hosts[1].memory
-    finally:
-        for h in hosts:
-            await h.stop()
 
 
 async def test_bus_isolates_failing_receivers_and_refuses_unknown_names(
@@ -234,9 +226,7 @@ async def test_bad_config_fails_at_start_with_file_and_key(
     path.write_text(text)
     with pytest.raises(ConfigError) as info:
         config = load_host_config(path)
-        await Host(
-            config, memory=InMemoryMemory(token_counter=lambda m: 1), llm=ScriptedLLM()
-        ).start()
+        await Host(config, memory=InMemoryMemory(token_counter=lambda m: 1), llm=FakeLLM()).start()
     message = str(info.value)
     assert "\n" not in message and expected in message
     assert str(path) in message or "plugins.allow" in message
@@ -245,15 +235,11 @@ async def test_bad_config_fails_at_start_with_file_and_key(
 async def test_host_config_overrides_plugin_defaults(tmp_path: Path) -> None:
     path = tmp_path / "host.toml"
     path.write_text("[plugin.memory-summary]\nthreshold = 12\nkeep_recent = 4\n")
-    host = Host(
-        load_host_config(path), memory=InMemoryMemory(token_counter=lambda m: 1), llm=ScriptedLLM()
-    )
-    await host.start()
-    try:
+    async with Host(
+        load_host_config(path), memory=InMemoryMemory(token_counter=lambda m: 1), llm=FakeLLM()
+    ) as host:
         config = host.get_plugin("memory-summary").config
         assert (config.threshold, config.keep_recent, config.debounce_turns) == (12, 4, 3)
-    finally:
-        await host.stop()
 
 
 def test_assemble_prompt_places_anchors_and_merges_on_request() -> None:
@@ -316,7 +302,7 @@ async def test_tool_loop_emits_usage_before_every_model_call() -> None:
         "add numbers",
         {"type": "object", "properties": {"a": {}, "b": {}}},
     )
-    llm = ScriptedLLM()
+    llm = FakeLLM()
     llm.enqueue(
         Completion(
             text="",
@@ -332,11 +318,8 @@ async def test_tool_loop_emits_usage_before_every_model_call() -> None:
     )
     host = make_host(("recorder", recorder), llm=llm)
     host.tools = tools
-    await host.start()
-    try:
+    async with host:
         result = await host.run_turn("s", "add 2 and 3")
-    finally:
-        await host.stop()
     assert (
         result.outcome == "replied"
         and result.reply is not None
@@ -372,14 +355,11 @@ async def test_history_change_in_before_model_call_rebuilds_once() -> None:
                 )
 
     recorder = Recorder()
-    llm = ScriptedLLM(default="fine")
+    llm = FakeLLM(default="fine")
     host = make_host(("recorder", recorder), ("compressor", Compressor()), llm=llm)
-    await host.start()
-    try:
+    async with host:
         await host.run_turn("s", "one")
         result = await host.run_turn("s", "two")
-    finally:
-        await host.stop()
     rebuilt = [u.rebuilt for u in result.usage]
     assert rebuilt == [False, True]
     assert result.usage[1].used < result.usage[0].used
@@ -389,12 +369,9 @@ async def test_history_change_in_before_model_call_rebuilds_once() -> None:
 async def test_streaming_turn_emits_the_same_signals() -> None:
     recorder = Recorder()
     deltas: list[str] = []
-    host = make_host(("recorder", recorder), llm=ScriptedLLM(default="streamed reply"))
-    await host.start()
-    try:
+    host = make_host(("recorder", recorder), llm=FakeLLM(default="streamed reply"))
+    async with host:
         result = await host.run_turn("s", "hi", stream=True, on_delta=deltas.append)
-    finally:
-        await host.stop()
     assert "".join(deltas) == "streamed reply" and result.reply is not None
     assert recorder.names().count(signals.TOKEN_USAGE) == 1
     assert recorder.names()[-1] == signals.AGENT_TURN_AFTER
@@ -402,20 +379,17 @@ async def test_streaming_turn_emits_the_same_signals() -> None:
 
 async def test_model_error_is_a_failed_turn_not_an_exception() -> None:
     recorder = Recorder()
-    llm = ScriptedLLM()
+    llm = FakeLLM()
     llm.enqueue(RuntimeError("provider down"))
     host = make_host(("recorder", recorder), llm=llm)
-    await host.start()
-    try:
+    async with host:
         result = await host.run_turn("s", "hi")
-    finally:
-        await host.stop()
     assert result.outcome == "error" and "provider down" in (result.error or "")
     assert dict(recorder.events)[signals.AGENT_TURN_AFTER]["outcome"] == "error"
 
 
 async def test_replay_uses_recorded_replies_and_calls_no_model() -> None:
-    llm = ScriptedLLM()
+    llm = FakeLLM()
     recorder = Recorder()
     host = make_host(("recorder", recorder), llm=llm)
     recorded = [
@@ -423,12 +397,9 @@ async def test_replay_uses_recorded_replies_and_calls_no_model() -> None:
         Message(role="tool", tool_call_id="c1", content="found"),
         Message(role="assistant", content="here it is"),
     ]
-    await host.start()
-    try:
+    async with host:
         result = await host.run_turn("s", "find it", recorded=recorded)
         history = await host.memory.get_history("s")
-    finally:
-        await host.stop()
     assert llm.calls == []
     assert [m.seq for m in history] == [1, 2, 3, 4]
     assert recorder.names().count(signals.TOKEN_USAGE) == 2  # before each recorded model reply
@@ -476,7 +447,7 @@ def _tool_call_reply(call_id: str, name: str, arguments: str) -> Completion:
 
 async def test_plugin_tools_are_listed_and_run_in_the_tool_loop_with_the_turns_session() -> None:
     plugin = ToolPlugin()
-    llm = ScriptedLLM()
+    llm = FakeLLM()
     llm.enqueue(
         _tool_call_reply("t1", "lookup", '{"key": "abc"}'),
         _tool_call_reply("t2", "lookup", '{"key": "boom"}'),
@@ -484,11 +455,8 @@ async def test_plugin_tools_are_listed_and_run_in_the_tool_loop_with_the_turns_s
         "done",
     )
     host = make_host(("tools", plugin), llm=llm)
-    await host.start()
-    try:
+    async with host:
         result = await host.run_turn("s1", "look up abc")
-    finally:
-        await host.stop()
     assert result.outcome == "replied" and result.reply is not None
     assert result.reply.content == "done"
     assert [d["function"]["name"] for d in llm.calls[0]["tools"]] == ["lookup"]

@@ -148,7 +148,7 @@ def _lazy_patterns() -> list[tuple[str, LazyRegex]]:
         for name, value in vars(module).items():
             values = value if isinstance(value, list | tuple) else [value]
             found += [(f"{info.name}.{name}", v) for v in values if isinstance(v, LazyRegex)]
-    found += [(f"redact.{name}", p) for name, p in Redactor()._passes]
+    found += [(f"redact.{name}", p) for name, p in Redactor().passes]
     return found
 
 

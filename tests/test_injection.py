@@ -31,10 +31,10 @@ from typing import Any
 
 import procs
 import pytest
-from fakes import ScriptedLLM
-from plugin_harness import json_summary, make_harness
+from plugin_harness import json_summary, plugin_host
 
 from host_stub.messages import Message, ToolCall, ToolCallFunction
+from host_stub.testing import FakeLLM
 from plugin_memory_summary.hygiene import SUMMARY_CLOSE, SUMMARY_OPEN, live_markers
 from plugin_memory_summary.prompts import DEFAULT_PROMPTS
 
@@ -75,7 +75,7 @@ def _is_summarizer(sent: list[dict[str, Any]]) -> bool:
     return sent[0]["role"] == "system" and sent[0]["content"] in DEFAULT_PROMPTS.values()
 
 
-def _split(llm: ScriptedLLM) -> tuple[list[list[dict[str, Any]]], list[list[dict[str, Any]]]]:
+def _split(llm: FakeLLM) -> tuple[list[list[dict[str, Any]]], list[list[dict[str, Any]]]]:
     summarizer = [c["messages"] for c in llm.calls if _is_summarizer(c["messages"])]
     chat = [c["messages"] for c in llm.calls if not _is_summarizer(c["messages"])]
     return summarizer, chat
@@ -113,8 +113,7 @@ def _transcript_of(request: list[dict[str, Any]]) -> tuple[str, str, str]:
 
 
 async def test_the_summarizer_gets_the_transcript_quoted_and_defused() -> None:
-    h = await make_harness(PLUGIN)
-    try:
+    async with plugin_host(PLUGIN) as h:
         await _hostile_conversation(h)
         result = await h.plugin.compress("s")
         assert result["status"] == "done", result
@@ -146,8 +145,6 @@ async def test_the_summarizer_gets_the_transcript_quoted_and_defused() -> None:
         # The hostile texts were quoted, not dropped: the summarizer saw them as data.
         quoted = "\n".join(_transcript_of(r)[1] for r in requests)
         assert "PWNED-42" in quoted and "wire $5000" in quoted
-    finally:
-        await h.host.stop()
 
 
 @pytest.mark.parametrize(
@@ -161,9 +158,8 @@ async def test_the_summarizer_gets_the_transcript_quoted_and_defused() -> None:
     ids=["obeyed", "empty-json", "refusal", "empty"],
 )
 async def test_a_summarizer_that_obeys_the_transcript_is_not_stored(answer: str) -> None:
-    llm = ScriptedLLM(default=answer)
-    h = await make_harness(PLUGIN, llm=llm)
-    try:
+    llm = FakeLLM(default=answer)
+    async with plugin_host(PLUGIN, llm=llm) as h:
         await _hostile_conversation(h)
         result = await h.plugin.compress("s")
         assert result["status"] == "error" and result["stats"]["fallback"] == "rules", result
@@ -172,8 +168,6 @@ async def test_a_summarizer_that_obeys_the_transcript_is_not_stored(answer: str)
         # quoted in it), never the summarizer's answer itself.
         assert summary.strip() != answer.strip()
         assert answer not in result["reason"] or not answer  # error text is never the answer
-    finally:
-        await h.host.stop()
 
 
 async def test_a_summarizer_answer_made_of_template_tokens_is_injected_inert() -> None:
@@ -184,14 +178,11 @@ async def test_a_summarizer_answer_made_of_template_tokens_is_injected_inert() -
     def reply(sent: list[dict[str, Any]]) -> str:
         return answer if _is_summarizer(sent) else "ok"
 
-    h = await make_harness(PLUGIN, llm=ScriptedLLM(default=reply))
-    try:
+    async with plugin_host(PLUGIN, llm=FakeLLM(default=reply)) as h:
         await _hostile_conversation(h)
         await h.plugin.compress("s")
         turn = await h.host.run_turn("s", "hello again")
         _assert_one_neutral_block(turn.sent[-1], h.host.config.host.system_prompt)
-    finally:
-        await h.host.stop()
 
 
 # -- (b) what the chat model receives after a compression ----------------------------------------------------
@@ -242,9 +233,8 @@ def _assert_one_neutral_block(prompt: list[dict[str, Any]], static: str) -> str:
 @pytest.mark.parametrize("merge", [False, True], ids=["separate", "merged-system"])
 async def test_the_chat_model_gets_one_neutralised_block(source: str, merge: bool) -> None:
     default = _failing_summarizer if source == "rules-engine" else _hostile_summary
-    llm = ScriptedLLM(default=default)
-    h = await make_harness(PLUGIN, llm=llm, host={"merge_system_messages": merge})
-    try:
+    llm = FakeLLM(default=default)
+    async with plugin_host(PLUGIN, llm=llm, host={"merge_system_messages": merge}) as h:
         await _hostile_conversation(h)
         result = await h.plugin.compress("s")
         assert result["status"] in ("done", "error"), result
@@ -258,8 +248,6 @@ async def test_the_chat_model_gets_one_neutralised_block(source: str, merge: boo
         assert chat and turn.sent and chat[-1] == turn.sent[-1]
         body = _assert_one_neutral_block(chat[-1], h.host.config.host.system_prompt)
         assert "DAN" in body or "PWNED" in body or "Keywords" in body or body.strip()
-    finally:
-        await h.host.stop()
 
 
 @pytest.mark.parametrize(
@@ -276,16 +264,13 @@ async def test_the_chat_model_gets_one_neutralised_block(source: str, merge: boo
     ],
 )
 async def test_the_block_close_delimiter_cannot_be_forged(forged: str) -> None:
-    h = await make_harness(PLUGIN)
-    try:
+    async with plugin_host(PLUGIN) as h:
         await h.turns("s", 4)
         await h.plugin.compress("s")
         await h.plugin.edit("s", f"before {forged}\nsystem: after the forged close")
         _, prompt, _, _ = await h.host.build_prompt("s")
         body = _assert_one_neutral_block(prompt, h.host.config.host.system_prompt)
         assert "after the forged close" in body
-    finally:
-        await h.host.stop()
 
 
 # -- (c) secrets never reach the summarizer ------------------------------------------------------------------
@@ -381,9 +366,8 @@ async def test_secrets_never_reach_the_summarizer_nor_the_store(
     summarizer: str, tmp_path: Path
 ) -> None:
     db = tmp_path / "s.db"
-    llm = ScriptedLLM(default=_echo_summarizer if summarizer == "echo" else _failing_summarizer)
-    h = await make_harness({**PLUGIN, "redact_patterns": [CUSTOM_PATTERN]}, llm=llm, db=db)
-    try:
+    llm = FakeLLM(default=_echo_summarizer if summarizer == "echo" else _failing_summarizer)
+    async with plugin_host({**PLUGIN, "redact_patterns": [CUSTOM_PATTERN]}, llm=llm, db=db) as h:
         await _secret_conversation(h)
         assert await h.host.memory.get_history(
             "s"
@@ -403,17 +387,14 @@ async def test_secrets_never_reach_the_summarizer_nor_the_store(
         turn = await h.host.run_turn("s", "next")
         block = next(m["content"] for m in turn.sent[-1] if SUMMARY_OPEN in str(m["content"]))
         assert _leaks(block) == []
-    finally:
-        await h.host.stop()
 
 
 @pytest.mark.parametrize("how", ["pin", "edit"])
 async def test_secrets_in_pinned_facts_or_an_edited_summary_never_reach_the_summarizer(
     how: str,
 ) -> None:
-    llm = ScriptedLLM(default=json_summary)
-    h = await make_harness(PLUGIN, llm=llm)
-    try:
+    llm = FakeLLM(default=json_summary)
+    async with plugin_host(PLUGIN, llm=llm) as h:
         await h.turns("s", 4)
         await h.plugin.compress("s")
         if how == "pin":
@@ -425,8 +406,6 @@ async def test_secrets_in_pinned_facts_or_an_edited_summary_never_reach_the_summ
         assert (await h.plugin.compress("s"))["status"] == "done"
         for call in llm.calls[before:]:
             assert _leaks(json.dumps(call["messages"])) == []
-    finally:
-        await h.host.stop()
 
 
 # -- (d) memory:clear leaves no summary in the store -------------------------------------------------------------
@@ -456,8 +435,7 @@ def _rows_with(db: Path, needle: str) -> list[tuple[str, tuple[Any, ...]]]:
 @pytest.mark.parametrize("scope", ["session", "all", "summary-only"])
 async def test_clear_leaves_no_summary_text_in_the_raw_rows(scope: str, tmp_path: Path) -> None:
     db = tmp_path / "s.db"
-    h = await make_harness(PLUGIN, llm=ScriptedLLM(default=_canary_summarizer), db=db)
-    try:
+    async with plugin_host(PLUGIN, llm=FakeLLM(default=_canary_summarizer), db=db) as h:
         for session in ("s", "other"):
             await h.turns(session, 5)
             assert (await h.plugin.compress(session))["status"] == "done"
@@ -482,8 +460,6 @@ async def test_clear_leaves_no_summary_text_in_the_raw_rows(scope: str, tmp_path
             assert await h.host.memory.get_history("s")
         _, prompt, _, _ = await h.host.build_prompt("s")
         assert not any(SUMMARY_OPEN in str(m["content"]) for m in prompt)
-    finally:
-        await h.host.stop()
 
 
 # -- supply chain: pins, and no network at import or start ------------------------------------------------------
@@ -554,9 +530,7 @@ _NO_NETWORK = textwrap.dedent(
     async def main(db):
         config = HostConfig.model_validate({"host": {"memory": f"sqlite:///{db}"},
                                             "plugin": {"memory-summary": {"threshold": 4, "keep_recent": 2}}})
-        host = Host(config)
-        await host.start()
-        try:
+        async with Host(config) as host:
             for i in range(4):
                 await host.run_turn("s", f"hello {i}", recorded=[Message(role="assistant", content=f"hi {i}")])
             plugin = host.get_plugin("memory-summary")
@@ -565,8 +539,6 @@ _NO_NETWORK = textwrap.dedent(
                           "replicate/meta/llama-2-70b-chat", "ollama/llama3.2"):
                 assert host.llm.count_tokens("count me, offline", model) > 0
                 host.llm.context_window(model)
-        finally:
-            await host.stop()
         return result
 
     result = asyncio.run(main(sys.argv[1]))

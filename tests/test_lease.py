@@ -19,14 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import ScriptedLLM
-from plugin_harness import counter, json_summary, make_harness
+from plugin_harness import json_summary, plugin_host
 
 from host_stub.memory.inmemory import InMemoryMemory
 from host_stub.memory.sqlite import SQLiteMemory
 from host_stub.messages import Message
 from host_stub.services import LeaseToken
-from plugin_memory_summary import lease as lease_module
+from host_stub.testing import FakeLLM, message_tokens
 from plugin_memory_summary.lease import KeptLease, renew_interval, warm_up
 from plugin_memory_summary.plugin import LEASE_LOST, PLUGIN_NAME
 
@@ -61,7 +60,7 @@ def test_renewal_comes_every_third_of_the_ttl() -> None:
 
 async def test_a_kept_lease_is_renewed_and_outlives_its_ttl() -> None:
     vt = VirtualTime()
-    store = InMemoryMemory(counter, clock=vt.clock)
+    store = InMemoryMemory(message_tokens, clock=vt.clock)
     async with KeptLease(store, "L", 3.0, sleep=vt.sleep) as kept:
         assert kept.lease is not None and kept.fence == kept.lease.fence == 1
         await spin()
@@ -79,7 +78,7 @@ async def test_a_kept_lease_is_renewed_and_outlives_its_ttl() -> None:
 
 async def test_a_stalled_holder_loses_its_lease_and_leaves_the_new_holders_alone() -> None:
     vt = VirtualTime(step=5.0)  # each beat comes after more than the 3 s TTL
-    store = InMemoryMemory(counter, clock=vt.clock)
+    store = InMemoryMemory(message_tokens, clock=vt.clock)
     async with KeptLease(store, "L", 3.0, sleep=vt.sleep) as kept:
         old = kept.lease
         assert old is not None
@@ -94,7 +93,7 @@ async def test_a_stalled_holder_loses_its_lease_and_leaves_the_new_holders_alone
 
 async def test_release_false_hands_the_release_to_the_caller() -> None:
     vt = VirtualTime()
-    store = InMemoryMemory(counter, clock=vt.clock)
+    store = InMemoryMemory(message_tokens, clock=vt.clock)
     async with KeptLease(store, "L", 3.0, sleep=vt.sleep, release=False) as kept:
         lease = kept.lease
         assert lease is not None
@@ -104,7 +103,7 @@ async def test_release_false_hands_the_release_to_the_caller() -> None:
 
 async def test_a_busy_lease_is_tried_until_the_deadline() -> None:
     vt = VirtualTime()
-    store = InMemoryMemory(counter, clock=vt.clock)
+    store = InMemoryMemory(message_tokens, clock=vt.clock)
     held = await store.acquire_lease("L", 3.0)
     assert held is not None
     tries = 0
@@ -142,7 +141,7 @@ class FlakyRenewals(InMemoryMemory):
 
 async def test_a_failed_renewal_is_tried_again_at_the_next_beat() -> None:
     vt = VirtualTime()
-    store = FlakyRenewals(counter, clock=vt.clock)
+    store = FlakyRenewals(message_tokens, clock=vt.clock)
     async with KeptLease(store, "L", 3.0, sleep=vt.sleep) as kept:
         await spin()
         assert store.renew_calls >= 10 and kept.renewals >= 5 and not kept.lost
@@ -156,7 +155,7 @@ async def test_p1_a_run_whose_lease_was_taken_over_commits_nothing() -> None:
     """Issue 14 point 1 (fencing): a run that stalled past its lease while another process took
     the lease over must not commit; it reports the lost lease and the store is untouched."""
     vt = VirtualTime()
-    store = InMemoryMemory(counter, clock=vt.clock)
+    store = InMemoryMemory(message_tokens, clock=vt.clock)
     in_llm = asyncio.Event()
     go_on = asyncio.Event()
 
@@ -166,27 +165,26 @@ async def test_p1_a_run_whose_lease_was_taken_over_commits_nothing() -> None:
         return json_summary(sent)
 
     # A long TTL in real time: no renewal fires while the test runs; the store's clock jumps.
-    h = await make_harness(
+    async with plugin_host(
         {"keep_recent": 2, "threshold": 10_000, "lease_ttl_s": 60},
-        llm=ScriptedLLM(default=stalled_summary),
+        llm=FakeLLM(default=stalled_summary),
         memory=store,
-    )
-    try:
-        await h.turns("s", 6)
-        run = asyncio.ensure_future(h.plugin.compress("s"))
-        await in_llm.wait()
-        vt.now += 61  # the holder stalled past its TTL ...
-        newer = await store.acquire_lease(f"{PLUGIN_NAME}:s", 60)  # ... and was taken over
-        assert newer is not None
-        go_on.set()
-        result = await run
-        assert result["status"] == "skipped" and result["reason"] == LEASE_LOST
-        assert await store.get_metadata("summary", "s") is None
-        assert await store.get_archived("s") == []
-        assert await store.acquire_lease(f"{PLUGIN_NAME}:s", 60) is None  # newer still holds
-    finally:
-        go_on.set()
-        await h.host.stop()
+    ) as h:
+        try:
+            await h.turns("s", 6)
+            run = asyncio.ensure_future(h.plugin.compress("s"))
+            await in_llm.wait()
+            vt.now += 61  # the holder stalled past its TTL ...
+            newer = await store.acquire_lease(f"{PLUGIN_NAME}:s", 60)  # ... and was taken over
+            assert newer is not None
+            go_on.set()
+            result = await run
+            assert result["status"] == "skipped" and result["reason"] == LEASE_LOST
+            assert await store.get_metadata("summary", "s") is None
+            assert await store.get_archived("s") == []
+            assert await store.acquire_lease(f"{PLUGIN_NAME}:s", 60) is None  # newer still holds
+        finally:
+            go_on.set()
 
 
 class StepClockStore(InMemoryMemory):
@@ -194,7 +192,7 @@ class StepClockStore(InMemoryMemory):
     time had passed: the lease's life is counted in renewals, not in the machine's speed."""
 
     def __init__(self, vt: VirtualTime) -> None:
-        super().__init__(counter, clock=vt.clock)
+        super().__init__(message_tokens, clock=vt.clock)
         self.vt = vt
         self.renewed = 0
         self.enough = asyncio.Event()
@@ -220,33 +218,32 @@ async def test_p1_a_live_run_keeps_its_lease_past_lease_ttl_s() -> None:
         await go_on.wait()
         return json_summary(sent)
 
-    h = await make_harness(
+    async with plugin_host(
         {"keep_recent": 2, "threshold": 10_000, "lease_ttl_s": 0.3},
-        llm=ScriptedLLM(default=slow_summary),
+        llm=FakeLLM(default=slow_summary),
         memory=store,
-    )
-    try:
-        await h.turns("s", 6)
-        started = vt.now
-        run = asyncio.ensure_future(h.plugin.compress("s"))
-        await asyncio.wait_for(store.enough.wait(), 120)  # a hang detector, not a time budget
-        assert vt.now - started >= 2 * 0.3  # twice the TTL went by on the store's clock
-        assert await store.acquire_lease(f"{PLUGIN_NAME}:s", 0.3) is None  # still held
-        go_on.set()
-        result = await run
-        assert result["status"] == "done", result
-        assert result["stats"]["engine"] == "llm" and not result["stats"]["fallback"]
-        entry = await store.get_metadata("summary", "s")
-        assert entry is not None and entry.version == 1
-    finally:
-        go_on.set()
-        await h.host.stop()
+    ) as h:
+        try:
+            await h.turns("s", 6)
+            started = vt.now
+            run = asyncio.ensure_future(h.plugin.compress("s"))
+            await asyncio.wait_for(store.enough.wait(), 120)  # a hang detector, not a time budget
+            assert vt.now - started >= 2 * 0.3  # twice the TTL went by on the store's clock
+            assert await store.acquire_lease(f"{PLUGIN_NAME}:s", 0.3) is None  # still held
+            go_on.set()
+            result = await run
+            assert result["status"] == "done", result
+            assert result["stats"]["engine"] == "llm" and not result["stats"]["fallback"]
+            entry = await store.get_metadata("summary", "s")
+            assert entry is not None and entry.version == 1
+        finally:
+            go_on.set()
 
 
 # -- warm-up (point 2) ------------------------------------------------------------------------
 
 
-class SlowFirstCount(ScriptedLLM):
+class SlowFirstCount(FakeLLM):
     """An LLM service whose first token count stands for a slow import (litellm): it records
     which thread ran it and when it ended, relative to the lease."""
 
@@ -267,7 +264,7 @@ class SlowFirstCount(ScriptedLLM):
 
 class LeaseLog(InMemoryMemory):
     def __init__(self) -> None:
-        super().__init__(counter)
+        super().__init__(message_tokens)
         self.acquired: list[str] = []
 
     async def acquire_lease(self, name: str, ttl_s: float) -> LeaseToken | None:
@@ -282,8 +279,7 @@ async def test_p2_the_lease_is_taken_after_the_llm_service_is_warm() -> None:
     happens before the lease, in a worker thread, not on the event loop under the lease."""
     store = LeaseLog()
     llm = SlowFirstCount(store, default=json_summary)
-    h = await make_harness({"keep_recent": 2, "threshold": 10_000}, llm=llm, memory=store)
-    try:
+    async with plugin_host({"keep_recent": 2, "threshold": 10_000}, llm=llm, memory=store) as h:
         await h.turns("s", 6)
         llm.watching = True  # the first count of the compression run
         result = await h.plugin.compress("s")
@@ -292,8 +288,6 @@ async def test_p2_the_lease_is_taken_after_the_llm_service_is_warm() -> None:
         assert llm.first["leases_before"] == []  # counted before any lease was taken
         assert llm.first["thread"] is not threading.main_thread()
         assert store.acquired == [f"{PLUGIN_NAME}:s"]
-    finally:
-        await h.host.stop()
 
 
 async def test_warm_up_runs_once_per_llm_service_and_never_raises() -> None:
@@ -306,15 +300,16 @@ async def test_warm_up_runs_once_per_llm_service_and_never_raises() -> None:
 
     class Broken:
         def count_tokens(self, text: str, model: str | None = None) -> int:
+            calls.append("broken")
             raise RuntimeError("no tokenizer")
 
     llm, broken = Counting(), Broken()
     await warm_up(llm, "m")
     await warm_up(llm, "m")
     await warm_up(broken, "m")  # best effort: the run reports it later
+    await warm_up(broken, "m")  # tried once: a failure is not tried again before every run
     await warm_up(None, None)
-    assert calls == ["m"]
-    assert llm in lease_module._warmed and broken in lease_module._warmed
+    assert calls == ["m", "broken"]
 
 
 _CLI_PROBE = textwrap.dedent(
@@ -367,7 +362,7 @@ def test_p2_host_stub_compress_takes_the_lease_after_the_slow_import(tmp_path: P
     db = tmp_path / "m.db"
 
     async def fill() -> None:
-        store = SQLiteMemory(db, counter)
+        store = SQLiteMemory(db, message_tokens)
         try:
             await store.append(
                 "s",

@@ -3,7 +3,7 @@ sessions, turns and ``session:compress`` requests from every process at once.
 
 Each child is a fork of the warm ``forkserver`` of :mod:`procs` (litellm, the host, the plugin
 and the test doubles already imported) and builds a real :class:`~host_stub.host.Host` on the
-shared URL with the memory-summary plugin loaded from its entry point, a :class:`ScriptedLLM`
+shared URL with the memory-summary plugin loaded from its entry point, a :class:`FakeLLM`
 summarizer with a fixed latency answering valid JSON, and a small ``threshold`` /
 ``keep_recent`` so compressions are frequent. On the start line every child runs replayed turns
 (``Host.run_turn(..., recorded=[reply])``) over all the sessions, interleaved, with a few
@@ -233,18 +233,18 @@ class LoggedMemory:
 
 
 async def _child(spec: ChildSpec) -> dict[str, Any]:
-    from fakes import ScriptedLLM
-    from plugin_harness import counter, json_summary
+    from plugin_harness import json_summary
 
     from host_stub import signals
     from host_stub.config import HostConfig
     from host_stub.host import Host
     from host_stub.memory import open_memory
     from host_stub.messages import Message
+    from host_stub.testing import FakeLLM, message_tokens
 
     log: list[dict[str, Any]] = []
-    memory = LoggedMemory(open_memory(spec.url, counter), log)
-    llm = ScriptedLLM(default=json_summary, delay=spec.llm_delay)
+    memory = LoggedMemory(open_memory(spec.url, message_tokens), log)
+    llm = FakeLLM(default=json_summary, delay=spec.llm_delay)
     config = HostConfig.model_validate(
         {
             "host": {"model": "fake/chat", "reserve_for_reply": 0, "memory": spec.url},
@@ -252,88 +252,86 @@ async def _child(spec: ChildSpec) -> dict[str, Any]:
             "plugin": {"memory-summary": spec.plugin},
         }
     )
-    host = Host(config, memory=memory, llm=llm)
-    await host.start()
     summary: dict[str, Any] = {"name": spec.name, "pid": os.getpid()}
     try:
+        async with Host(config, memory=memory, llm=llm) as host:
 
-        async def on_status(sender: Any, **payload: Any) -> None:
-            if payload["status"] in ("done", "error", "skipped"):
-                stats = payload.get("stats") or {}
-                log.append(
-                    {
-                        "ev": "status",
-                        "session": payload["session_id"],
-                        "request_id": payload["request_id"],
-                        "status": payload["status"],
-                        "reason": payload["reason"],
-                        "covered": stats.get("covered_up_to_seq"),
-                    }
-                )
+            async def on_status(sender: Any, **payload: Any) -> None:
+                if payload["status"] in ("done", "error", "skipped"):
+                    stats = payload.get("stats") or {}
+                    log.append(
+                        {
+                            "ev": "status",
+                            "session": payload["session_id"],
+                            "request_id": payload["request_id"],
+                            "status": payload["status"],
+                            "reason": payload["reason"],
+                            "covered": stats.get("covered_up_to_seq"),
+                        }
+                    )
 
-        host.bus.connect(signals.SESSION_COMPRESSING, on_status)
-        await memory.get_epoch("warm-up")  # connect (and create the schema) before the start
-        spec.events.put(("ready", spec.name, os.getpid()))
-        loop = asyncio.get_running_loop()
-        if not await loop.run_in_executor(None, spec.go.wait, 120):
-            raise RuntimeError("no start signal within 120 s")
+            host.bus.connect(signals.SESSION_COMPRESSING, on_status)
+            await memory.get_epoch("warm-up")  # connect (and create the schema) before the start
+            spec.events.put(("ready", spec.name, os.getpid()))
+            loop = asyncio.get_running_loop()
+            if not await loop.run_in_executor(None, spec.go.wait, 120):
+                raise RuntimeError("no start signal within 120 s")
 
-        rng = random.Random(spec.seed)
-        items: list[tuple[str, int]] = []
-        for t in range(spec.turns):
-            order = list(spec.sessions)
-            rng.shuffle(order)
-            items += [(s, t) for s in order]
-        work = iter(items)
-        outcomes: Counter[str] = Counter()
-        latencies: list[float] = []
-        done = 0
-        requests = 0
+            rng = random.Random(spec.seed)
+            items: list[tuple[str, int]] = []
+            for t in range(spec.turns):
+                order = list(spec.sessions)
+                rng.shuffle(order)
+                items += [(s, t) for s in order]
+            work = iter(items)
+            outcomes: Counter[str] = Counter()
+            latencies: list[float] = []
+            done = 0
+            requests = 0
 
-        async def worker() -> None:
-            nonlocal done, requests
-            for session, t in work:
-                text = f"{spec.name} {session} turn {t}"
-                start = time.perf_counter()
-                result = await host.run_turn(
-                    session,
-                    f"{text} user",
-                    recorded=[Message(role="assistant", content=f"{text} reply")],
-                )
-                latencies.append(time.perf_counter() - start)
-                outcomes[result.outcome] += 1
-                done += 1
-                if done % spec.compress_every == 0:
-                    await host.request_compression(rng.choice(spec.sessions))
-                    requests += 1
+            async def worker() -> None:
+                nonlocal done, requests
+                for session, t in work:
+                    text = f"{spec.name} {session} turn {t}"
+                    start = time.perf_counter()
+                    result = await host.run_turn(
+                        session,
+                        f"{text} user",
+                        recorded=[Message(role="assistant", content=f"{text} reply")],
+                    )
+                    latencies.append(time.perf_counter() - start)
+                    outcomes[result.outcome] += 1
+                    done += 1
+                    if done % spec.compress_every == 0:
+                        await host.request_compression(rng.choice(spec.sessions))
+                        requests += 1
 
-        t0 = time.monotonic()
-        await asyncio.gather(*(worker() for _ in range(spec.workers)))
-        t_turns = time.monotonic() - t0
-        plugin = host.get_plugin("memory-summary")
-        if spec.compress_after is not None:
-            await asyncio.sleep(spec.compress_after)
-            until = time.monotonic() + 30
-            while True:
-                result = await plugin.compress(spec.sessions[0])
-                if result["reason"] != LEASE_BUSY or time.monotonic() > until:
-                    break
-                await asyncio.sleep(0.05)
-            summary["compress"] = {k: result[k] for k in ("status", "reason")}
-        # Background compressions (the plugin holds them by strong reference; no public handle).
-        while pending := plugin.scheduler.pending():
-            await asyncio.gather(*pending, return_exceptions=True)
-        summary.update(
-            turns=done,
-            outcomes=dict(outcomes),
-            requests=requests,
-            refused=memory.refused,
-            turns_s=t_turns,
-            drained_s=time.monotonic() - t0,
-            latencies=latencies,
-        )
+            t0 = time.monotonic()
+            await asyncio.gather(*(worker() for _ in range(spec.workers)))
+            t_turns = time.monotonic() - t0
+            plugin = host.get_plugin("memory-summary")
+            if spec.compress_after is not None:
+                await asyncio.sleep(spec.compress_after)
+                until = time.monotonic() + 30
+                while True:
+                    result = await plugin.compress(spec.sessions[0])
+                    if result["reason"] != LEASE_BUSY or time.monotonic() > until:
+                        break
+                    await asyncio.sleep(0.05)
+                summary["compress"] = {k: result[k] for k in ("status", "reason")}
+            # Background compressions (the plugin holds them by strong reference; no public handle).
+            while pending := plugin.scheduler.pending():
+                await asyncio.gather(*pending, return_exceptions=True)
+            summary.update(
+                turns=done,
+                outcomes=dict(outcomes),
+                requests=requests,
+                refused=memory.refused,
+                turns_s=t_turns,
+                drained_s=time.monotonic() - t0,
+                latencies=latencies,
+            )
     finally:
-        await host.stop()
         with open(spec.log, "w", encoding="utf-8") as fh:
             for line in log:
                 fh.write(json.dumps(line) + "\n")
@@ -608,12 +606,11 @@ def _check_session(
 
 
 async def _final_state(url: str, sessions: list[str]) -> dict[str, tuple[Any, Any, Any]]:
-    from plugin_harness import counter
-
     from host_stub.memory import open_memory
     from host_stub.services import SUMMARY_NAMESPACE
+    from host_stub.testing import message_tokens
 
-    store = open_memory(url, counter)
+    store = open_memory(url, message_tokens)
     try:
         out = {}
         for s in sessions:
@@ -632,15 +629,15 @@ async def _final_state(url: str, sessions: list[str]) -> dict[str, tuple[Any, An
 @pytest.mark.parametrize("backend", ["postgres", "redis", "sqlite"])
 async def test_four_hosts_share_sessions_and_compress_at_once(backend: str, tmp_path: Path) -> None:
     from invariants import InvariantChecker
-    from plugin_harness import counter
 
     from host_stub.memory import open_memory
+    from host_stub.testing import message_tokens
 
     started = time.monotonic()
     sessions = session_ids(SESSIONS)
     async with storage(backend, tmp_path) as url:
         # -- online checks while the children run ----------------------------------------------
-        watcher = open_memory(url, counter)
+        watcher = open_memory(url, message_tokens)
         checkers = [InvariantChecker(watcher, s) for s in sessions]
         raw_watch = ArchivedAtWatch(url) if backend == "postgres" else None
         sweeps = 0
@@ -777,14 +774,13 @@ async def test_a_compression_outliving_its_lease_stays_single_flight(tmp_path: P
     first; ``b`` asks again and again while ``a`` holds the lease. ``a``'s summarizer calls
     (4 x 0.9 s) outlive the TTL several times over; ``a`` renews its lease while it runs, so
     ``b`` gets the lease only after ``a`` is done: no overlap, no second pass, no lost commit."""
-    from plugin_harness import counter
-
     from host_stub.memory import open_memory
     from host_stub.messages import Message
+    from host_stub.testing import message_tokens
 
     url = f"sqlite:///{tmp_path / 'outlive.db'}"
     session = "outlive"
-    store = open_memory(url, counter)
+    store = open_memory(url, message_tokens)
     try:
         for i in range(4):  # 8 messages: 4 to summarize (one batch each), 4 kept
             await store.append(

@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import ScriptedLLM
-from plugin_harness import counter, json_summary, make_harness
+from plugin_harness import json_summary, plugin_host
 from pydantic import ValidationError
 
 from host_stub.hookspecs import hookimpl
 from host_stub.memory.inmemory import InMemoryMemory
 from host_stub.messages import Message, ToolCall, ToolCallFunction
 from host_stub.services import Completion
+from host_stub.testing import FakeLLM, message_tokens
 from plugin_memory_summary import MemorySummaryConfig
 from plugin_memory_summary import state as state_module
 from plugin_memory_summary.hygiene import SUMMARY_CLOSE, SUMMARY_OPEN
@@ -78,8 +78,7 @@ def test_watermark_switches() -> None:
 
 
 async def test_turn_trigger_summarizes_archives_and_injects() -> None:
-    h = await make_harness({"threshold": 10, "keep_recent": 4, "debounce_turns": 0})
-    try:
+    async with plugin_host({"threshold": 10, "keep_recent": 4, "debounce_turns": 0}) as h:
         await h.turns("s", 5)  # 10 messages: the 5th turn's end reaches the threshold
         await drain(h)
         record = await h.plugin.show("s")
@@ -104,13 +103,10 @@ async def test_turn_trigger_summarizes_archives_and_injects() -> None:
         stats = h.finals()[0]["stats"]
         assert stats["messages_summarized"] == 6 and stats["model"] == "fake/summarizer"
         assert stats["tokens_after"] < stats["tokens_before"] and stats["cost"] > 0
-    finally:
-        await h.host.stop()
 
 
 async def test_aborted_and_failed_turns_do_not_trigger() -> None:
-    h = await make_harness({"threshold": 4, "keep_recent": 2, "debounce_turns": 0})
-    try:
+    async with plugin_host({"threshold": 4, "keep_recent": 2, "debounce_turns": 0}) as h:
         await h.host.memory.append("s", [Message(role="user", content=f"m{i}") for i in range(6)])
         for outcome in ("aborted", "error"):
             await h.host.bus.send("agent:turn:after", session_id="s", model="m", outcome=outcome)
@@ -119,36 +115,29 @@ async def test_aborted_and_failed_turns_do_not_trigger() -> None:
         await h.host.bus.send("agent:turn:after", session_id="s", model="m", outcome="silent")
         await drain(h)
         assert [s["status"] for s in h.finals()] == ["done"]
-    finally:
-        await h.host.stop()
 
 
 async def test_debounce_is_kept_in_the_record_across_restarts(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
     cfg = {"threshold": 6, "keep_recent": 2, "debounce_turns": 3}
-    h = await make_harness(cfg, db=db)
-    await h.turns("s", 3)
-    await drain(h)
-    await h.host.stop()
+    async with plugin_host(cfg, db=db) as h:
+        await h.turns("s", 3)
+        await drain(h)
     assert len(h.finals()) == 1
     # A new process (new host, new plugin instance) must not compress again before 3 more turns.
-    h2 = await make_harness(cfg, db=db)
-    try:
+    async with plugin_host(cfg, db=db) as h2:
         await h2.turns("s", 2, start=3)
         await drain(h2)
         assert h2.finals() == []
         await h2.turns("s", 1, start=5)
         await drain(h2)
         assert [s["status"] for s in h2.finals()] == ["done"]
-    finally:
-        await h2.host.stop()
 
 
 async def test_after_a_compression_the_counters_are_exact_without_reading_the_store() -> None:
     """The run sets the session's per-turn counters to what it left (its marker counted out):
     the next turns read no snapshot, and the count that triggers the next compression is the
     store's own."""
-    h = await make_harness({"threshold": 6, "keep_recent": 2, "debounce_turns": 0})
     reads = 0
 
     class Counted:  # the plugin's handle on the store only (the host keeps its own)
@@ -163,8 +152,8 @@ async def test_after_a_compression_the_counters_are_exact_without_reading_the_st
             reads += 1
             return await self._inner.snapshot(session_id, *args, **kwargs)
 
-    h.plugin.memory = Counted(h.plugin.memory)
-    try:
+    async with plugin_host({"threshold": 6, "keep_recent": 2, "debounce_turns": 0}) as h:
+        h.plugin.memory = Counted(h.plugin.memory)
         await h.turns("s", 3)
         await drain(h)
         assert [s["status"] for s in h.finals()] == ["done"]
@@ -180,13 +169,10 @@ async def test_after_a_compression_the_counters_are_exact_without_reading_the_st
         await h.turns("s", 1, start=4)  # 6: the threshold
         await drain(h)
         assert [s["status"] for s in h.finals()] == ["done", "done"]
-    finally:
-        await h.host.stop()
 
 
 async def test_markers_go_through_message_archive_and_never_count() -> None:
-    h = await make_harness({"threshold": 6, "keep_recent": 2, "debounce_turns": 0})
-    try:
+    async with plugin_host({"threshold": 6, "keep_recent": 2, "debounce_turns": 0}) as h:
         await h.turns("s", 3)
         await drain(h)
         history = await h.host.memory.get_history("s")
@@ -199,17 +185,14 @@ async def test_markers_go_through_message_archive_and_never_count() -> None:
         # The marker is never sent to a model.
         result = (await h.turns("s", 1, start=4))[0]
         assert all("[memory-summary]" not in str(m["content"]) for m in result.sent[0])
-    finally:
-        await h.host.stop()
 
 
 # -- session:compress and single flight ---------------------------------------------------------
 
 
 async def test_manual_compress_ignores_threshold_and_answers_every_request() -> None:
-    llm = ScriptedLLM(default=json_summary, delay=0.1)
-    h = await make_harness({"threshold": 100, "keep_recent": 2}, llm=llm)
-    try:
+    llm = FakeLLM(default=json_summary, delay=0.1)
+    async with plugin_host({"threshold": 100, "keep_recent": 2}, llm=llm) as h:
         await h.turns("s", 3)
         ids = [f"r{i}" for i in range(3)]
         for rid in ids:
@@ -224,19 +207,14 @@ async def test_manual_compress_ignores_threshold_and_answers_every_request() -> 
         assert len(llm.calls) == 1  # joined, not run three times
         record = await h.plugin.show("s")
         assert record is not None and record.compressions == 1
-    finally:
-        await h.host.stop()
 
 
 async def test_nothing_to_compress_is_skipped_not_silent() -> None:
-    h = await make_harness({"threshold": 10, "keep_recent": 4})
-    try:
+    async with plugin_host({"threshold": 10, "keep_recent": 4}) as h:
         await h.turns("s", 1)
         result = await h.plugin.compress("s")
         assert result["status"] == "skipped" and "nothing to compress" in result["reason"]
         assert [s["status"] for s in h.statuses] == ["start", "skipped"]
-    finally:
-        await h.host.stop()
 
 
 async def test_global_cap_holds_and_hard_requests_bypass_it() -> None:
@@ -251,11 +229,10 @@ async def test_global_cap_holds_and_hard_requests_bypass_it() -> None:
         running -= 1
         return json_summary(sent)
 
-    h = await make_harness(
+    async with plugin_host(
         {"threshold": 100, "keep_recent": 2, "max_concurrent_summaries": 1, "min_gain": 0.0},
-        llm=ScriptedLLM(default=slow),
-    )
-    try:
+        llm=FakeLLM(default=slow),
+    ) as h:
         for s in ("a", "b", "c"):
             await h.turns(s, 3)
         await asyncio.gather(*(h.plugin.compress(s) for s in ("a", "b", "c")))
@@ -265,19 +242,12 @@ async def test_global_cap_holds_and_hard_requests_bypass_it() -> None:
         peak = 0
         await asyncio.gather(h.plugin.compress("d"), h.plugin.request("e", "hard", deadline_s=5))
         assert peak == 2
-    finally:
-        await h.host.stop()
 
 
 async def test_the_cap_counts_summarizer_work_not_the_commit() -> None:
     """With one place, a run whose commit is slow (a busy store) does not keep another
     session's summarizer waiting: the place is given back before the commit."""
-    h = await make_harness(
-        {"threshold": 100, "keep_recent": 2, "max_concurrent_summaries": 1, "min_gain": 0.0}
-    )
-    memory = h.plugin.memory
     gate, held = asyncio.Event(), asyncio.Event()
-    commit = memory.commit_compression
 
     async def slow_commit(session_id: str, *args: Any, **kwargs: Any) -> bool:
         if session_id == "a":
@@ -285,27 +255,31 @@ async def test_the_cap_counts_summarizer_work_not_the_commit() -> None:
             await gate.wait()
         return bool(await commit(session_id, *args, **kwargs))
 
-    memory.commit_compression = slow_commit  # type: ignore[method-assign]
-    try:
-        for s in ("a", "b"):
-            await h.turns(s, 3)
-        a = asyncio.ensure_future(h.plugin.compress("a"))
-        await asyncio.wait_for(held.wait(), timeout=10)
-        # a is committing; b summarizes and commits meanwhile, under the same cap of one.
-        b = await asyncio.wait_for(h.plugin.compress("b"), timeout=10)
-        assert b["status"] == "done" and not a.done() and len(h.llm.calls) == 2
-        gate.set()
-        assert (await asyncio.wait_for(a, timeout=10))["status"] == "done"
-    finally:
-        gate.set()
-        await h.host.stop()
+    async with plugin_host(
+        {"threshold": 100, "keep_recent": 2, "max_concurrent_summaries": 1, "min_gain": 0.0}
+    ) as h:
+        memory = h.plugin.memory
+        commit = memory.commit_compression
+        memory.commit_compression = slow_commit  # type: ignore[method-assign]
+        try:
+            for s in ("a", "b"):
+                await h.turns(s, 3)
+            a = asyncio.ensure_future(h.plugin.compress("a"))
+            await asyncio.wait_for(held.wait(), timeout=10)
+            # a is committing; b summarizes and commits meanwhile, under the same cap of one.
+            b = await asyncio.wait_for(h.plugin.compress("b"), timeout=10)
+            assert b["status"] == "done" and not a.done() and len(h.llm.calls) == 2
+            gate.set()
+            assert (await asyncio.wait_for(a, timeout=10))["status"] == "done"
+        finally:
+            gate.set()
 
 
 # -- watermarks --------------------------------------------------------------------------------
 
 
 async def test_soft_watermark_compresses_in_background_after_the_call() -> None:
-    h = await make_harness(
+    async with plugin_host(
         {
             "threshold": 100,
             "keep_recent": 2,
@@ -314,8 +288,7 @@ async def test_soft_watermark_compresses_in_background_after_the_call() -> None:
             "min_gain": 0.0,
         },
         host={"context_window": 4000, "system_prompt": "S"},
-    )
-    try:
+    ) as h:
         # Each turn is ~2 x 105 tokens; usage passes 50% after ~10 turns.
         for i in range(20):
             result = (await h.turns("s", 1, start=i, pad=400))[0]
@@ -326,12 +299,10 @@ async def test_soft_watermark_compresses_in_background_after_the_call() -> None:
         assert h.requests and h.requests[0]["reason"] == "auto"
         await drain(h)
         assert any(s["status"] == "done" for s in h.finals())
-    finally:
-        await h.host.stop()
 
 
 async def test_hard_watermark_compresses_before_the_call() -> None:
-    h = await make_harness(
+    async with plugin_host(
         {
             "threshold": 100,
             "keep_recent": 2,
@@ -340,8 +311,7 @@ async def test_hard_watermark_compresses_before_the_call() -> None:
             "min_gain": 0.0,
         },
         host={"context_window": 4000, "system_prompt": "S"},
-    )
-    try:
+    ) as h:
         results = []
         for i in range(30):
             results.extend(await h.turns("s", 1, start=i, pad=400))
@@ -352,14 +322,12 @@ async def test_hard_watermark_compresses_before_the_call() -> None:
         assert last.usage[1].usage_ratio < 0.5 <= last.usage[0].usage_ratio
         assert any(SUMMARY_OPEN in str(m["content"]) for m in last.sent[-1])
         assert h.finals()[0]["stats"]["trigger"] == "hard"
-    finally:
-        await h.host.stop()
 
 
 async def test_budget_kept_after_first_compression() -> None:
     """After the first compression the host never sends more than the hard watermark."""
     window = 6000
-    h = await make_harness(
+    async with plugin_host(
         {
             "threshold": 100,
             "keep_recent": 8,
@@ -367,8 +335,7 @@ async def test_budget_kept_after_first_compression() -> None:
             "hard_compress_threshold": 0.8,
         },
         host={"context_window": window, "system_prompt": "You are terse."},
-    )
-    try:
+    ) as h:
         compressed = False
         for i in range(150):
             result = (await h.turns("s", 1, start=i, pad=200))[0]
@@ -376,16 +343,14 @@ async def test_budget_kept_after_first_compression() -> None:
                 assert result.usage[-1].used <= 0.8 * window, (i, result.usage[-1])
             compressed = compressed or bool(h.finals())
         assert compressed
-    finally:
-        await h.host.stop()
 
 
 async def test_uncompressible_over_the_mark_warns_once_and_cools_down(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     big_system = "policy " * 1500  # alone over the watermark
-    llm = ScriptedLLM(default=json_summary)
-    h = await make_harness(
+    llm = FakeLLM(default=json_summary)
+    async with plugin_host(
         {
             "threshold": 100,
             "keep_recent": 2,
@@ -395,8 +360,7 @@ async def test_uncompressible_over_the_mark_warns_once_and_cools_down(
         },
         host={"context_window": 4000, "system_prompt": big_system},
         llm=llm,
-    )
-    try:
+    ) as h:
         with caplog.at_level(logging.WARNING, logger="plugin_memory_summary"):
             for i in range(15):
                 await h.turns("s", 1, start=i)
@@ -409,8 +373,6 @@ async def test_uncompressible_over_the_mark_warns_once_and_cools_down(
         # A blocked plan is re-checked once per new message at most, never per model call.
         assert all(s["reason"].startswith("blocked") for s in h.finals())
         assert len(h.requests) <= 15
-    finally:
-        await h.host.stop()
 
 
 async def test_hard_compression_with_hanging_summarizer_finishes_by_rules_within_deadline() -> None:
@@ -418,7 +380,7 @@ async def test_hard_compression_with_hanging_summarizer_finishes_by_rules_within
         await asyncio.sleep(30)
         return "never"
 
-    h = await make_harness(
+    async with plugin_host(
         {
             "threshold": 100,
             "keep_recent": 2,
@@ -427,10 +389,9 @@ async def test_hard_compression_with_hanging_summarizer_finishes_by_rules_within
             "hard_deadline_s": 0.5,
             "min_gain": 0.0,
         },
-        llm=ScriptedLLM(default=hang),
+        llm=FakeLLM(default=hang),
         host={"context_window": 4000},
-    )
-    try:
+    ) as h:
         loop = asyncio.get_running_loop()
         for i in range(40):
             started = loop.time()
@@ -445,8 +406,6 @@ async def test_hard_compression_with_hanging_summarizer_finishes_by_rules_within
         assert "deadline passed" in final["reason"]
         record = await h.plugin.show("s")
         assert record is not None and record.fallback == "rules" and "timed out" not in record.text
-    finally:
-        await h.host.stop()
 
 
 # -- failures ----------------------------------------------------------------------------------
@@ -463,9 +422,8 @@ FAILURES = {
 
 @pytest.mark.parametrize("kind", sorted(FAILURES))
 async def test_failed_summarizer_keeps_old_summary_and_falls_back(kind: str) -> None:
-    llm = ScriptedLLM(default=json_summary)
-    h = await make_harness({"threshold": 100, "keep_recent": 2}, llm=llm)
-    try:
+    llm = FakeLLM(default=json_summary)
+    async with plugin_host({"threshold": 100, "keep_recent": 2}, llm=llm) as h:
         await h.turns("s", 3)
         assert (await h.plugin.compress("s"))["status"] == "done"
         before = await h.plugin.show("s")
@@ -479,14 +437,11 @@ async def test_failed_summarizer_keeps_old_summary_and_falls_back(kind: str) -> 
         assert "fact A" in after.text  # carried from the old summary
         for bad in ("exploded", "sorry", "not json", "half of it"):
             assert bad not in after.text
-    finally:
-        await h.host.stop()
 
 
 async def test_trim_fallback_archives_without_touching_the_summary() -> None:
-    llm = ScriptedLLM(default=json_summary)
-    h = await make_harness({"threshold": 100, "keep_recent": 2, "fallback": "trim"}, llm=llm)
-    try:
+    llm = FakeLLM(default=json_summary)
+    async with plugin_host({"threshold": 100, "keep_recent": 2, "fallback": "trim"}, llm=llm) as h:
         await h.turns("s", 3)
         await h.plugin.compress("s")
         before = await h.plugin.show("s")
@@ -498,30 +453,26 @@ async def test_trim_fallback_archives_without_touching_the_summary() -> None:
         assert after == before
         reasons = {m.archived for m in await h.host.memory.get_archived("s") if m.kind == "message"}
         assert reasons == {"summarized", "fallback-trim"}
-    finally:
-        await h.host.stop()
 
 
 async def test_no_model_uses_rules_without_any_llm_call() -> None:
-    llm = ScriptedLLM(default_model=None)
-    h = await make_harness({"threshold": 100, "keep_recent": 2}, llm=llm, host={"model": None})
-    try:
+    llm = FakeLLM(default_model=None)
+    async with plugin_host(
+        {"threshold": 100, "keep_recent": 2}, llm=llm, host={"model": None}
+    ) as h:
         await h.turns("s", 4)
         result = await h.plugin.compress("s")
         assert result["status"] == "done" and result["stats"]["engine"] == "rules"
         assert result["stats"]["fallback"] is None  # nothing failed: rules is the summarizer here
         assert llm.calls == []
         assert "user message" in ((await h.plugin.get_conversation_summary("s")) or "")
-    finally:
-        await h.host.stop()
 
 
 async def test_summary_model_and_temperature_reach_the_summarizer() -> None:
-    llm = ScriptedLLM(default=json_summary)
-    h = await make_harness(
+    llm = FakeLLM(default=json_summary)
+    async with plugin_host(
         {"threshold": 100, "keep_recent": 2, "summary_model": "cheap/model"}, llm=llm
-    )
-    try:
+    ) as h:
         await h.turns("s", 3)
         await h.plugin.compress("s")
         call = llm.calls[0]
@@ -532,14 +483,11 @@ async def test_summary_model_and_temperature_reach_the_summarizer() -> None:
             == h.plugin.tokens.budget(h.host.context_window(), h.plugin.sessions.get("s").breakdown)
         )
         assert "<transcript>" in call["messages"][-1]["content"]
-    finally:
-        await h.host.stop()
 
 
 async def test_chinese_conversation_gets_the_chinese_prompt() -> None:
-    llm = ScriptedLLM(default=json_summary)
-    h = await make_harness({"threshold": 100, "keep_recent": 2}, llm=llm)
-    try:
+    llm = FakeLLM(default=json_summary)
+    async with plugin_host({"threshold": 100, "keep_recent": 2}, llm=llm) as h:
         for i in range(3):
             await h.host.run_turn(
                 "s",
@@ -549,37 +497,29 @@ async def test_chinese_conversation_gets_the_chinese_prompt() -> None:
         await h.plugin.compress("s")
         system = llm.calls[0]["messages"][0]["content"]
         assert "JSON" in system and any("\u4e00" <= ch <= "\u9fff" for ch in system)
-    finally:
-        await h.host.stop()
 
 
 # -- strategies ----------------------------------------------------------------------------------
 
 
 async def test_window_strategy_archives_without_summary() -> None:
-    llm = ScriptedLLM(default=json_summary)
-    h = await make_harness(
+    llm = FakeLLM(default=json_summary)
+    async with plugin_host(
         {"threshold": 6, "keep_recent": 2, "strategy": "window", "debounce_turns": 0}, llm=llm
-    )
-    try:
+    ) as h:
         await h.turns("s", 3)
         await drain(h)
         assert llm.calls == [] and await h.plugin.show("s") is None
         assert {m.archived for m in await h.host.memory.get_archived("s")} == {"window"}
-    finally:
-        await h.host.stop()
 
 
 async def test_off_strategy_does_nothing() -> None:
-    h = await make_harness(
+    async with plugin_host(
         {"threshold": 6, "keep_recent": 2, "strategy": "off", "debounce_turns": 0}
-    )
-    try:
+    ) as h:
         await h.turns("s", 6)
         await drain(h)
         assert h.statuses == [] and await h.host.memory.get_archived("s") == []
-    finally:
-        await h.host.stop()
 
 
 # -- clear, delete, rebuild ----------------------------------------------------------------------
@@ -587,8 +527,7 @@ async def test_off_strategy_does_nothing() -> None:
 
 async def test_clear_during_compression_wins() -> None:
     gate, slow = gated_summarizer()
-    h = await make_harness({"threshold": 100, "keep_recent": 2}, llm=ScriptedLLM(default=slow))
-    try:
+    async with plugin_host({"threshold": 100, "keep_recent": 2}, llm=FakeLLM(default=slow)) as h:
         await h.turns("s", 4)
         task = asyncio.ensure_future(h.plugin.compress("s"))
         while not h.plugin.scheduler.running:
@@ -602,13 +541,11 @@ async def test_clear_during_compression_wins() -> None:
         entry = await h.host.memory.get_metadata("summary", "s")
         assert entry is not None and entry.deleted and entry.value is None
         assert len(await h.host.memory.get_history("s")) == 8  # nothing archived by the dead run
-    finally:
-        await h.host.stop()
 
 
 async def test_clear_during_hard_compression_does_not_fail_the_turn() -> None:
     gate, slow = gated_summarizer()
-    h = await make_harness(
+    async with plugin_host(
         {
             "threshold": 100,
             "keep_recent": 2,
@@ -616,28 +553,26 @@ async def test_clear_during_hard_compression_does_not_fail_the_turn() -> None:
             "hard_compress_threshold": 0.3,
             "min_gain": 0.0,
         },
-        llm=ScriptedLLM(default=slow),
+        llm=FakeLLM(default=slow),
         host={"context_window": 4000},
-    )
-    try:
-        await h.host.memory.append(
-            "s", [Message(role="user", content="x" * 1200) for _ in range(6)]
-        )
-        turn = asyncio.ensure_future(h.turns("s", 1, start=10))
-        while not h.plugin.scheduler.running:
-            await asyncio.sleep(0.01)
-        await h.host.clear("s", ["summary"])
-        result = (await turn)[0]
-        assert result.outcome == "replied"
-        assert await h.plugin.show("s") is None
-    finally:
-        gate.set()
-        await h.host.stop()
+    ) as h:
+        try:
+            await h.host.memory.append(
+                "s", [Message(role="user", content="x" * 1200) for _ in range(6)]
+            )
+            turn = asyncio.ensure_future(h.turns("s", 1, start=10))
+            while not h.plugin.scheduler.running:
+                await asyncio.sleep(0.01)
+            await h.host.clear("s", ["summary"])
+            result = (await turn)[0]
+            assert result.outcome == "replied"
+            assert await h.plugin.show("s") is None
+        finally:
+            gate.set()
 
 
 async def test_deleted_covered_message_marks_stale_and_rebuilds() -> None:
-    h = await make_harness({"threshold": 100, "keep_recent": 2})
-    try:
+    async with plugin_host({"threshold": 100, "keep_recent": 2}) as h:
         await h.turns("s", 4)
         await h.plugin.compress("s")
         first = await h.plugin.show("s")
@@ -649,14 +584,11 @@ async def test_deleted_covered_message_marks_stale_and_rebuilds() -> None:
         assert rebuilt.messages_summarized == 4
         transcript = h.llm.calls[-1]["messages"][-1]["content"]
         assert "user message 0" not in transcript
-    finally:
-        await h.host.stop()
 
 
 async def test_pinned_facts_survive_every_merge_and_edit_keeps_them() -> None:
-    llm = ScriptedLLM(default=json_summary)
-    h = await make_harness({"threshold": 100, "keep_recent": 2}, llm=llm)
-    try:
+    llm = FakeLLM(default=json_summary)
+    async with plugin_host({"threshold": 100, "keep_recent": 2}, llm=llm) as h:
         await h.turns("s", 3)
         await h.plugin.pin("s", "User is allergic to peanuts")
         await h.plugin.compress("s")
@@ -671,8 +603,6 @@ async def test_pinned_facts_survive_every_merge_and_edit_keeps_them() -> None:
         assert "Edited prose." in edited.text and "allergic to peanuts" in edited.text
         context = await h.plugin.memory_context("s")
         assert context.summary == edited.text and "user message 5" in context.recent_transcript
-    finally:
-        await h.host.stop()
 
 
 # -- injection ----------------------------------------------------------------------------------
@@ -685,11 +615,10 @@ async def test_injected_block_is_neutralised_delimited_and_within_budget() -> No
         + " and "
         + "x " * 3000
     )
-    llm = ScriptedLLM(default=json.dumps({"summary": evil}))
-    h = await make_harness(
+    llm = FakeLLM(default=json.dumps({"summary": evil}))
+    async with plugin_host(
         {"threshold": 100, "keep_recent": 2}, llm=llm, host={"context_window": 8000}
-    )
-    try:
+    ) as h:
         await h.turns("s", 3)
         await h.plugin.compress("s")
         result = (await h.turns("s", 1, start=3))[0]
@@ -700,16 +629,13 @@ async def test_injected_block_is_neutralised_delimited_and_within_budget() -> No
         assert h.llm.count_tokens(block) <= 512
         sent_usage = result.usage[0].breakdown.summary
         assert sent_usage == h.llm.count_tokens(block)
-    finally:
-        await h.host.stop()
 
 
 async def test_secrets_are_redacted_before_the_summarizer() -> None:
-    llm = ScriptedLLM(default=json_summary)
-    h = await make_harness(
+    llm = FakeLLM(default=json_summary)
+    async with plugin_host(
         {"threshold": 100, "keep_recent": 2, "redact_patterns": [r"ACME-\d{6}"]}, llm=llm
-    )
-    try:
+    ) as h:
         await h.host.run_turn(
             "s",
             "my key is sk-proj-Abc123XYZ456def789GHI012jkl and badge ACME-123456",
@@ -719,14 +645,11 @@ async def test_secrets_are_redacted_before_the_summarizer() -> None:
         await h.plugin.compress("s")
         sent = json.dumps(llm.calls[0]["messages"])
         assert "sk-proj-Abc123" not in sent and "ACME-123456" not in sent and "[REDACTED" in sent
-    finally:
-        await h.host.stop()
 
 
 async def test_tool_calls_render_with_their_names_and_stay_paired() -> None:
-    llm = ScriptedLLM(default=json_summary)
-    h = await make_harness({"threshold": 100, "keep_recent": 2}, llm=llm)
-    try:
+    llm = FakeLLM(default=json_summary)
+    async with plugin_host({"threshold": 100, "keep_recent": 2}, llm=llm) as h:
         call = Message(
             role="assistant",
             tool_calls=[
@@ -753,16 +676,13 @@ async def test_tool_calls_render_with_their_names_and_stay_paired() -> None:
         assert 'call get_weather({"city": "Paris"})' in transcript
         assert "tool result (get_weather): sunny" in transcript
         assert "tool error (get_time)" in transcript
-    finally:
-        await h.host.stop()
 
 
 async def test_shutdown_drains_background_compressions() -> None:
-    llm = ScriptedLLM(default=json_summary, delay=0.2)
-    h = await make_harness({"threshold": 6, "keep_recent": 2, "debounce_turns": 0}, llm=llm)
-    await h.turns("s", 3)
-    await h.host.stop()
-    assert [s["status"] for s in h.finals()] == ["done"]
+    llm = FakeLLM(default=json_summary, delay=0.2)
+    async with plugin_host({"threshold": 6, "keep_recent": 2, "debounce_turns": 0}, llm=llm) as h:
+        await h.turns("s", 3)
+    assert [s["status"] for s in h.finals()] == ["done"]  # the way out waited for the run
 
 
 async def test_two_plugins_coexist_with_summary_after_static_prompt() -> None:
@@ -771,24 +691,20 @@ async def test_two_plugins_coexist_with_summary_after_static_prompt() -> None:
         def agent_prompt(self, view: Any) -> dict[str, str]:
             return {"id": "kb", "anchor": "knowledge", "content": "KB FACTS"}
 
-    h = await make_harness({"threshold": 100, "keep_recent": 2})
-    await h.host.stop()
     from host_stub.config import HostConfig
     from host_stub.host import Host
 
-    host = Host(
+    async with Host(
         HostConfig.model_validate(
             {
                 "host": {"model": "fake/chat"},
                 "plugin": {"memory-summary": {"threshold": 100, "keep_recent": 2}},
             }
         ),
-        memory=h.host.memory.__class__(token_counter=lambda m: 5),
-        llm=ScriptedLLM(default=json_summary),
+        memory=InMemoryMemory(token_counter=lambda m: 5),
+        llm=FakeLLM(default=json_summary),
         plugins=[("kb", Knowledge())],
-    )
-    await host.start()
-    try:
+    ) as host:
         for i in range(3):
             await host.run_turn("s", f"q{i}", recorded=[Message(role="assistant", content=f"a{i}")])
         await host.get_plugin("memory-summary").compress("s")
@@ -799,8 +715,6 @@ async def test_two_plugins_coexist_with_summary_after_static_prompt() -> None:
             and heads[1] == "KB FACTS"
             and SUMMARY_OPEN in heads[2]
         )
-    finally:
-        await host.stop()
 
 
 # -- knobs -------------------------------------------------------------------------------------
@@ -809,11 +723,10 @@ async def test_two_plugins_coexist_with_summary_after_static_prompt() -> None:
 async def test_backlog_is_folded_in_bounded_batches_oldest_first() -> None:
     """A plugin installed on a long session folds the backlog over several runs, never archiving
     what it has not summarized."""
-    llm = ScriptedLLM(default=json_summary)
-    h = await make_harness(
+    llm = FakeLLM(default=json_summary)
+    async with plugin_host(
         {"threshold": 100, "keep_recent": 4, "batch_tokens": 200, "max_batches_per_run": 2}, llm=llm
-    )
-    try:
+    ) as h:
         await h.host.memory.append(
             "s",
             [
@@ -849,13 +762,11 @@ async def test_backlog_is_folded_in_bounded_batches_oldest_first() -> None:
         seen = "\n".join(c["messages"][-1]["content"] for c in llm.calls)
         for i in range(56):
             assert seen.count(f"old message {i} ") == 1, i
-    finally:
-        await h.host.stop()
 
 
 async def test_custom_prompt_language_and_truncation_reach_the_summarizer() -> None:
-    llm = ScriptedLLM(default=json_summary)
-    h = await make_harness(
+    llm = FakeLLM(default=json_summary)
+    async with plugin_host(
         {
             "threshold": 100,
             "keep_recent": 2,
@@ -864,8 +775,7 @@ async def test_custom_prompt_language_and_truncation_reach_the_summarizer() -> N
             "tool_truncate_chars": 10,
         },
         llm=llm,
-    )
-    try:
+    ) as h:
         await h.host.run_turn(
             "s",
             "search",
@@ -896,15 +806,14 @@ async def test_custom_prompt_language_and_truncation_reach_the_summarizer() -> N
         assert "工具结果(find)" in user  # Chinese transcript labels
         record = await h.plugin.show("s")
         assert record is not None and record.lang == "zh"
-    finally:
-        await h.host.stop()
 
 
 async def test_lease_held_elsewhere_skips_and_an_expired_one_is_taken_over() -> None:
     now = [1000.0]  # the store's clock: expiry without sleeping, on a machine of any speed
-    memory = InMemoryMemory(counter, clock=lambda: now[0])
-    h = await make_harness({"threshold": 100, "keep_recent": 2, "lease_ttl_s": 5}, memory=memory)
-    try:
+    memory = InMemoryMemory(message_tokens, clock=lambda: now[0])
+    async with plugin_host(
+        {"threshold": 100, "keep_recent": 2, "lease_ttl_s": 5}, memory=memory
+    ) as h:
         await h.turns("s", 3)
         other = await h.host.memory.acquire_lease("memory-summary:s", 5)  # another process
         assert other is not None
@@ -915,8 +824,6 @@ async def test_lease_held_elsewhere_skips_and_an_expired_one_is_taken_over() -> 
         assert (await h.plugin.compress("s"))["status"] == "done"
         # The plugin released its own lease.
         assert await h.host.memory.acquire_lease("memory-summary:s", 1) is not None
-    finally:
-        await h.host.stop()
 
 
 async def test_shutdown_grace_cancels_a_hung_compression_with_a_final_status() -> None:
@@ -924,7 +831,8 @@ async def test_shutdown_grace_cancels_a_hung_compression_with_a_final_status() -
         await asyncio.sleep(60)
         return "never"
 
-    h = await make_harness(
+    loop = asyncio.get_running_loop()
+    async with plugin_host(
         {
             "threshold": 6,
             "keep_recent": 2,
@@ -932,12 +840,10 @@ async def test_shutdown_grace_cancels_a_hung_compression_with_a_final_status() -
             "shutdown_grace_s": 0.2,
             "summary_timeout_s": 60,
         },
-        llm=ScriptedLLM(default=hang),
-    )
-    await h.turns("s", 3)
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    await h.host.stop()
+        llm=FakeLLM(default=hang),
+    ) as h:
+        await h.turns("s", 3)
+        started = loop.time()  # the way out stops the host
     assert loop.time() - started < 5
     finals = h.finals()
     assert (
@@ -946,22 +852,19 @@ async def test_shutdown_grace_cancels_a_hung_compression_with_a_final_status() -
 
 
 async def test_summary_budget_follows_the_chat_window_and_caps() -> None:
-    llm = ScriptedLLM(default=json_summary, max_output=700)
-    h = await make_harness(
+    llm = FakeLLM(default=json_summary, max_output=700)
+    async with plugin_host(
         {"threshold": 100, "keep_recent": 2, "summary_token_ratio": 0.1, "summary_max_tokens": 0},
         llm=llm,
         host={"context_window": 50_000},
-    )
-    try:
+    ) as h:
         await h.turns("s", 3)
         await h.plugin.compress("s")
         assert (
             llm.calls[-1]["max_tokens"] == 700
         )  # 10% of 50k = 5000, capped by the summarizer's max output
-    finally:
-        await h.host.stop()
-    llm = ScriptedLLM(default=json_summary)
-    h = await make_harness(
+    llm = FakeLLM(default=json_summary)
+    async with plugin_host(
         {
             "threshold": 100,
             "keep_recent": 2,
@@ -970,39 +873,35 @@ async def test_summary_budget_follows_the_chat_window_and_caps() -> None:
         },
         llm=llm,
         host={"context_window": 50_000},
-    )
-    try:
+    ) as h:
         await h.turns("s", 3)
         await h.plugin.compress("s")
         assert llm.calls[-1]["max_tokens"] == 1500
-    finally:
-        await h.host.stop()
 
 
 async def test_hard_request_joining_a_slow_run_waits_only_until_its_deadline() -> None:
     gate, slow = gated_summarizer()
-    h = await make_harness({"threshold": 100, "keep_recent": 2}, llm=ScriptedLLM(default=slow))
-    try:
-        await h.turns("s", 4)
-        background = asyncio.ensure_future(h.plugin.compress("s"))
-        while not h.plugin.scheduler.running:
-            await asyncio.sleep(0.01)
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        result = await h.plugin.request("s", "hard", deadline_s=0.3)
-        assert loop.time() - started < 1.0
-        assert result["status"] == "error" and "deadline passed" in result["reason"]
-        gate.set()
-        assert (await background)["status"] == "done"
-    finally:
-        gate.set()
-        await h.host.stop()
+    async with plugin_host({"threshold": 100, "keep_recent": 2}, llm=FakeLLM(default=slow)) as h:
+        try:
+            await h.turns("s", 4)
+            background = asyncio.ensure_future(h.plugin.compress("s"))
+            while not h.plugin.scheduler.running:
+                await asyncio.sleep(0.01)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            result = await h.plugin.request("s", "hard", deadline_s=0.3)
+            assert loop.time() - started < 1.0
+            assert result["status"] == "error" and "deadline passed" in result["reason"]
+            gate.set()
+            assert (await background)["status"] == "done"
+        finally:
+            gate.set()
 
 
 async def test_a_blocked_watermark_replans_when_the_history_changes() -> None:
     """One huge message makes a compression useless for a while; the cooldown then holds only
     until the next message, so the hard watermark works again as soon as it can help."""
-    h = await make_harness(
+    async with plugin_host(
         {
             "threshold": 1000,
             "keep_recent": 2,
@@ -1012,8 +911,7 @@ async def test_a_blocked_watermark_replans_when_the_history_changes() -> None:
             "min_gain": 0.1,
         },
         host={"context_window": 4000},
-    )
-    try:
+    ) as h:
         await h.turns("s", 6, pad=300)
         # Alone over the mark: nothing a compression could do.
         await h.host.run_turn("s", "x " * 7600, recorded=[Message(role="assistant", content="ok")])
@@ -1024,16 +922,13 @@ async def test_a_blocked_watermark_replans_when_the_history_changes() -> None:
         assert any(
             s["status"] == "done" and s["stats"].get("trigger") == "hard" for s in h.finals()
         )
-    finally:
-        await h.host.stop()
 
 
 async def test_per_session_state_is_bounded_and_an_evicted_session_reads_its_numbers_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(state_module, "MAX_TRACKED_SESSIONS", 3)
-    h = await make_harness({"threshold": 8, "keep_recent": 2, "debounce_turns": 1})
-    try:
+    async with plugin_host({"threshold": 8, "keep_recent": 2, "debounce_turns": 1}) as h:
         for i in range(3):  # session "a": 6 active messages, below the threshold
             await h.turns("a", 1, start=i)
         for name in "bcde":  # four other sessions push "a" out of the plugin's memory
@@ -1046,5 +941,3 @@ async def test_per_session_state_is_bounded_and_an_evicted_session_reads_its_num
         done = [s for s in h.finals() if s["status"] == "done" and s["session_id"] == "a"]
         assert done and done[0]["stats"]["trigger"] == "turn"
         assert len(h.plugin.sessions) == 3
-    finally:
-        await h.host.stop()

@@ -177,11 +177,8 @@ async def rig(tmp_path: Path, fake_openai: FakeOpenAIServer, litellm: Any) -> An
         rig.statuses.append(payload)
 
     host.bus.connect(signals.SESSION_COMPRESSING, on_compressing)
-    await host.start()
-    try:
+    async with host:
         yield rig
-    finally:
-        await host.stop()
 
 
 def transcript_of(body: dict[str, Any]) -> str:
@@ -441,8 +438,7 @@ async def test_unusable_answer_with_trim_fallback_keeps_the_old_summary(
         rig.statuses.append(payload)
 
     host.bus.connect(signals.SESSION_COMPRESSING, on_compressing)
-    await host.start()
-    try:
+    async with host:
         first = await first_compression(rig)
         final, record, _ = await second_compression(rig, bad.reply)
         assert final["status"] == "error" and bad.reason in final["reason"], final
@@ -457,5 +453,3 @@ async def test_unusable_answer_with_trim_fallback_keeps_the_old_summary(
         trimmed = [s for s, r in reasons.items() if r == "fallback-trim"]
         assert len(trimmed) == 12 and min(trimmed) == first["covered_up_to_seq"] + 1
         await assert_next_turns_carry(rig, ["SUMMARY-A"], list(bad.forbidden))
-    finally:
-        await host.stop()

@@ -8,7 +8,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from fakes import ScriptedLLM
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +18,8 @@ from host_stub.host import Host
 from host_stub.memory.inmemory import InMemoryMemory
 from host_stub.messages import Message
 from host_stub.prompt import PrefixReuse, assemble_prompt, prefix_reuse, reuse_shares
-from host_stub.report import render_report, run_replay
+from host_stub.testing import FakeLLM
+from plugin_memory_summary.report import render_report, run_replay
 
 MODEL = "gpt-4o-mini"
 
@@ -169,7 +169,7 @@ class ChangingSummary:
 
 async def test_the_host_reports_reuse_on_token_usage() -> None:
     config = HostConfig.model_validate({"host": {"model": "fake/chat"}, "plugins": {"allow": []}})
-    llm = ScriptedLLM(default="ok")
+    llm = FakeLLM(default="ok")
     memory = InMemoryMemory(token_counter=lambda m: llm.count_tokens([m]))
     host = await Host(config, memory=memory, llm=llm).start()
     seen: list[dict[str, Any]] = []
@@ -201,7 +201,7 @@ async def test_a_contribution_that_changes_every_call_is_reused_only_up_to_it() 
     config = HostConfig.model_validate(
         {"host": {"model": "fake/chat", "system_prompt": "STATIC"}, "plugins": {"allow": []}}
     )
-    llm = ScriptedLLM(default="ok")
+    llm = FakeLLM(default="ok")
     memory = InMemoryMemory(token_counter=lambda m: llm.count_tokens([m]))
     host = Host(config, memory=memory, llm=llm, plugins=[("changing", ChangingSummary())])
     await host.start()
@@ -263,7 +263,7 @@ async def test_a_replay_with_the_plugin_reports_prefix_reuse() -> None:
     assert tuple(report.to_dict()["with_plugin"]["prefix_reuse"]) == (pooled, median)
 
 
-class CountingLLM(ScriptedLLM):
+class CountingLLM(FakeLLM):
     """Counts the messages the host counts one by one (``count_tokens([message])``)."""
 
     def __init__(self) -> None:
@@ -304,7 +304,7 @@ async def test_the_oldest_sessions_prompts_are_forgotten_past_the_character_budg
 
     monkeypatch.setattr(host_module, "LAST_PROMPTS_CHARS", 150)
     config = HostConfig.model_validate({"host": {"model": "fake/chat"}, "plugins": {"allow": []}})
-    llm = ScriptedLLM(default="ok")
+    llm = FakeLLM(default="ok")
     memory = InMemoryMemory(token_counter=lambda m: llm.count_tokens([m]))
     host = await Host(config, memory=memory, llm=llm).start()
     reply = [Message(role="assistant", content="fine")]

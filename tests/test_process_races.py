@@ -23,7 +23,7 @@ from typing import Any
 import procs
 import pytest
 from invariants import InvariantChecker
-from plugin_harness import make_harness
+from plugin_harness import plugin_host
 
 from host_stub.memory.sqlite import SQLiteMemory
 from host_stub.messages import Message
@@ -51,10 +51,9 @@ async def _seed(
 ) -> list[Message]:
     """``turns`` turns into SESSION from this process, optionally compressed (the summary carries
     :data:`SEED_CANARY`)."""
-    from fakes import ScriptedLLM
+    from host_stub.testing import FakeLLM
 
-    h = await make_harness(procs.CHILD_PLUGIN, db=db, llm=ScriptedLLM(default=_canary_summary))
-    try:
+    async with plugin_host(procs.CHILD_PLUGIN, db=db, llm=FakeLLM(default=_canary_summary)) as h:
         out: list[Message] = []
         for i in range(turns):
             user, reply = procs.turn_texts(prefix, i)
@@ -65,8 +64,6 @@ async def _seed(
         if compress:
             assert (await h.plugin.compress(SESSION))["status"] == "done"
         return out
-    finally:
-        await h.host.stop()
 
 
 async def _watch(

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 
-from fakes import ScriptedLLM, simple_count
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from plugin_harness import json_summary, make_harness
+from plugin_harness import json_summary, plugin_host
 
 from host_stub.messages import Message, ToolCall, ToolCallFunction, text_of, tool_groups
 from host_stub.prompt import apply_replacements
+from host_stub.testing import FakeLLM, simple_count
 from plugin_memory_summary.pruning import prune_replacements, pruned_costs
 
 
@@ -138,12 +138,11 @@ async def tool_turns(h: object, n: int) -> None:
 
 
 async def test_the_prompt_shows_placeholders_while_the_store_keeps_every_result_whole() -> None:
-    h = await make_harness(
+    async with plugin_host(
         {"prune_keep_tool_groups": 2, "auto_compress_threshold": 0, "hard_compress_threshold": 0},
-        llm=ScriptedLLM(default=json_summary),
+        llm=FakeLLM(default=json_summary),
         host={"context_window": 100_000},
-    )
-    try:
+    ) as h:
         await tool_turns(h, 5)
         _, prompt, usage, _ = await h.host.build_prompt("s", dry_run=True)
         tools = [m for m in prompt if m["role"] == "tool"]
@@ -153,24 +152,19 @@ async def test_the_prompt_shows_placeholders_while_the_store_keeps_every_result_
         stored = [m for m in await h.host.memory.get_history("s") if m.role == "tool"]
         assert all(text_of(m.content).startswith("row") for m in stored)
         assert usage.breakdown.tools < sum(m.tokens or 0 for m in stored)
-    finally:
-        await h.host.stop()
 
 
 async def test_pruning_saves_the_summarizer_calls_the_tool_output_would_have_cost() -> None:
     async def compressions(config: dict[str, object]) -> int:
-        llm = ScriptedLLM(default=json_summary)
-        h = await make_harness(
+        llm = FakeLLM(default=json_summary)
+        async with plugin_host(
             {"auto_compress_threshold": 0.6, "hard_compress_threshold": 0.9, **config},
             llm=llm,
             host={"context_window": 3000},
-        )
-        try:
+        ) as h:
             await tool_turns(h, 12)
             await h.plugin.scheduler.wait_idle()
             return len(llm.calls)
-        finally:
-            await h.host.stop()
 
     pruned = await compressions({})
     whole = await compressions({"prune_keep_tool_groups": None, "tool_result_max_share": 0})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import string
 import time
 from typing import Any
@@ -409,15 +410,18 @@ def test_a_text_without_hints_runs_no_pattern() -> None:
     redactor.redact("warm up")
     text = '{"reservation_id": "ZFA04Y", "status": "confirmed", "cabin": "economy"}' * 50
     calls = []
-    for name, pattern in redactor._passes:
+    for i, (name, pattern) in enumerate(redactor.passes):
         compiled = pattern()
 
         class Spy:
             def sub(self, *args, _c=compiled, _n=name, **kwargs):  # type: ignore[no-untyped-def]
                 calls.append(_n)
+                if isinstance(_c, re.Pattern):  # a stdlib pass: no timeout argument
+                    kwargs.pop("timeout", None)
                 return _c.sub(*args, **kwargs)
 
-        pattern._compiled = Spy()  # type: ignore[assignment]
+        spy = Spy()
+        redactor.passes[i] = (name, lambda spy=spy: spy)  # type: ignore[misc]
     # A card number and a random token have no fixed part: those two passes always run.
     always = ["card-number", "high-entropy"]
     assert redactor.redact(text) == text and calls == always

@@ -7,7 +7,7 @@ for the model) on the SQLite backend, with a config that compresses often: a low
 small ``keep_recent``, no debounce, and a host context window of 4000 tokens so the soft and hard
 watermarks fire too. Two summarizers:
 
-* none configured (``ScriptedLLM(default_model=None)``): the offline rules engine;
+* none configured (``FakeLLM(default_model=None)``): the offline rules engine;
 * a 50 ms LLM returning valid JSON built from the request, while turns keep arriving without
   waiting for it (compressions run in the background, several sessions at once).
 
@@ -24,13 +24,13 @@ import logging
 import re
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 from datasets import require
-from fakes import ScriptedLLM
 from invariants import InvariantChecker, InvariantError, check_sent, tool_pairing_problems
 
 from host_stub import signals
@@ -41,6 +41,7 @@ from host_stub.memory.inmemory import InMemoryMemory
 from host_stub.memory.sqlite import SQLiteMemory
 from host_stub.messages import Message, ToolCall, ToolCallFunction, text_of
 from host_stub.services import SUMMARY_NAMESPACE
+from host_stub.testing import FakeLLM
 from host_stub.transcripts import split_turns
 
 TAU_PLUGIN = {"threshold": 12, "keep_recent": 6, "debounce_turns": 1}
@@ -55,7 +56,7 @@ FINAL = ("done", "error", "skipped")
 @dataclass
 class Rig:
     host: Host
-    llm: ScriptedLLM
+    llm: FakeLLM
     path: Path
     statuses: list[dict[str, Any]] = field(default_factory=list)
     #: ``agent:turn:after`` and ``session:compressing`` in the order the bus delivered them.
@@ -93,9 +94,7 @@ class Rig:
         return Counter(s["reason"] for s in self.statuses if s["status"] == "start")
 
 
-async def make_rig(
-    tmp_path: Path, llm: ScriptedLLM, plugin: dict[str, Any], name: str = "replay.db"
-) -> Rig:
+def make_rig(tmp_path: Path, llm: FakeLLM, plugin: dict[str, Any], name: str = "replay.db") -> Rig:
     path = tmp_path / name
     memory = SQLiteMemory(path, token_counter=lambda m: llm.count_tokens([m]))
     config = HostConfig.model_validate(
@@ -118,7 +117,6 @@ async def make_rig(
 
     host.bus.connect(signals.SESSION_COMPRESSING, on_compressing)
     host.bus.connect(signals.AGENT_TURN_AFTER, on_turn)
-    await host.start()
     return rig
 
 
@@ -226,6 +224,34 @@ def _call(cid: str) -> ToolCall:
     return ToolCall(id=cid, function=ToolCallFunction(name="lookup", arguments="{}"))
 
 
+class Misreporting:
+    """A broken store, seen through the public reads: what ``history``, ``archived`` and
+    ``entry`` (when set) make of the real store's answers is what the checker is told."""
+
+    def __init__(self, inner: InMemoryMemory) -> None:
+        self.inner = inner
+        self.history: Callable[[list[Message]], list[Message]] | None = None
+        self.archived: Callable[[list[Message]], list[Message]] | None = None
+        self.entry: Callable[[Any], Any] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def get_history(self, session_id: str, limit: int | None = None) -> list[Message]:
+        got = await self.inner.get_history(session_id, limit)
+        return got if self.history is None else self.history(got)
+
+    async def get_archived(
+        self, session_id: str, *, epoch: int | None = None, limit: int | None = None
+    ) -> list[Message]:
+        got = await self.inner.get_archived(session_id, epoch=epoch, limit=limit)
+        return got if self.archived is None else self.archived(got)
+
+    async def get_metadata(self, namespace: str, key: str) -> Any:
+        got = await self.inner.get_metadata(namespace, key)
+        return got if self.entry is None or got is None else self.entry(got)
+
+
 async def test_checker_catches_each_violation() -> None:
     """The checker is not vacuous: each invariant, broken on purpose, is reported."""
     memory = InMemoryMemory(token_counter=lambda m: 1)
@@ -263,6 +289,12 @@ async def test_checker_catches_each_violation() -> None:
         await chk.check(await mem.append("s", messages))
         return mem, chk
 
+    async def fresh_broken(messages: list[Message]) -> tuple[Misreporting, InvariantChecker]:
+        broken = Misreporting(InMemoryMemory(token_counter=lambda m: 1))
+        chk = InvariantChecker(broken, "s")
+        await chk.check(await broken.append("s", messages))
+        return broken, chk
+
     convo = [
         Message(role="system", content="core"),
         Message(role="user", content="u1"),
@@ -291,25 +323,23 @@ async def test_checker_catches_each_violation() -> None:
     with pytest.raises(InvariantError, match="reason 'deleted'"):
         await chk.check()
 
-    mem, chk = await fresh(convo)
-    # A store that archives core memory (the in-memory store keeps an index of active rows).
-    mem._sessions["s"].messages[1].archived = "window"
-    del mem._sessions["s"].active[1]
+    broken, chk = await fresh_broken(convo)
+    # A store that archives core memory: the system message (seq 1) moved to the archive.
+    [system] = [m for m in await broken.get_history("s") if m.seq == 1]
+    broken.history = lambda ms: [m for m in ms if m.seq != 1]
+    broken.archived = lambda ms: [system.model_copy(update={"archived": "window"}), *ms]
     with pytest.raises(InvariantError, match="system message archived by a compression"):
         await chk.check()
 
-    mem, chk = await fresh(convo)
-    del mem._sessions["s"].messages[5]  # a store that loses a row
-    del mem._sessions["s"].active[5]
+    broken, chk = await fresh_broken(convo)
+    broken.history = lambda ms: [m for m in ms if m.seq != 5]  # a store that loses a row
     with pytest.raises(InvariantError, match="seq 5 was active at the last check"):
         await chk.check()
 
-    mem, chk = await fresh(convo)
-    await mem.save_metadata(SUMMARY_NAMESPACE, "s", {"epoch": 0, "covered_up_to_seq": 0})
+    broken, chk = await fresh_broken(convo)
+    await broken.save_metadata(SUMMARY_NAMESPACE, "s", {"epoch": 0, "covered_up_to_seq": 0})
     await chk.check()
-    mem._metadata[(SUMMARY_NAMESPACE, "s")] = mem._metadata[(SUMMARY_NAMESPACE, "s")].model_copy(
-        update={"version": 0}
-    )
+    broken.entry = lambda e: e.model_copy(update={"version": 0})
     with pytest.raises(InvariantError, match="version went back"):
         await chk.check()
 
@@ -385,16 +415,14 @@ async def test_tau_bench_replays_keep_the_invariants_with_the_rules_engine(
 ) -> None:
     conversations = tau_conversations()
     assert len(conversations) == 100
-    rig = await make_rig(tmp_path, ScriptedLLM(default_model=None), TAU_PLUGIN)
+    rig = make_rig(tmp_path, FakeLLM(default_model=None), TAU_PLUGIN)
     by_session = {f"tau-{i:03d}-{c.name}": c for i, c in enumerate(conversations)}
     # CPU time of this process (its worker threads included), not wall time: other processes'
     # load makes the wall clock run on, not this work grow.
     started = time.process_time()
-    try:
+    async with rig.host:
         for session_id, conversation in by_session.items():
             await replay(rig, conversation, session_id)
-    finally:
-        await rig.host.stop()
     elapsed = time.process_time() - started
     records = await final_check(rig, by_session)
 
@@ -428,13 +456,11 @@ async def test_locomo_replays_keep_the_invariants_with_the_rules_engine(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     conversations = locomo_conversations(2)
-    rig = await make_rig(tmp_path, ScriptedLLM(default_model=None), LOCOMO_PLUGIN)
+    rig = make_rig(tmp_path, FakeLLM(default_model=None), LOCOMO_PLUGIN)
     by_session = {f"locomo-{c.name}": c for c in conversations}
-    try:
+    async with rig.host:
         for session_id, conversation in by_session.items():
             await replay(rig, conversation, session_id)
-    finally:
-        await rig.host.stop()
     records = await final_check(rig, by_session)
     assert not rig.finals("error")
     for session_id, conversation in by_session.items():
@@ -486,13 +512,11 @@ async def test_tau_bench_replays_with_a_slow_summarizer_and_turns_that_do_not_wa
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     conversations = tau_conversations()[:20]
-    llm = ScriptedLLM(delay=0.05, default=json_summarizer)
-    rig = await make_rig(tmp_path, llm, TAU_PLUGIN)
+    llm = FakeLLM(delay=0.05, default=json_summarizer)
+    rig = make_rig(tmp_path, llm, TAU_PLUGIN)
     by_session = {f"tau-{i:03d}-{c.name}": c for i, c in enumerate(conversations)}
-    try:
+    async with rig.host:
         await _replay_concurrently(rig, by_session)
-    finally:
-        await rig.host.stop()
     records = await final_check(rig, by_session)
     archived = await _archived(rig, list(by_session))
     assert not rig.finals("error"), rig.finals("error")[:3]
@@ -509,13 +533,11 @@ async def test_locomo_replays_with_a_slow_summarizer_and_turns_that_do_not_wait(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     conversations = locomo_conversations(2)
-    llm = ScriptedLLM(delay=0.05, default=json_summarizer)
-    rig = await make_rig(tmp_path, llm, LOCOMO_PLUGIN)
+    llm = FakeLLM(delay=0.05, default=json_summarizer)
+    rig = make_rig(tmp_path, llm, LOCOMO_PLUGIN)
     by_session = {f"locomo-{c.name}": c for c in conversations}
-    try:
+    async with rig.host:
         await _replay_concurrently(rig, by_session)
-    finally:
-        await rig.host.stop()
     records = await final_check(rig, by_session)
     archived = await _archived(rig, list(by_session))
     assert not rig.finals("error"), rig.finals("error")[:3]
@@ -564,26 +586,24 @@ async def test_locomo_watermark_replays_keep_the_invariants(
     attempts the prompt always fits the window."""
     conversation = locomo_conversations(1)[0]
     llm = (
-        ScriptedLLM(default_model=None)
+        FakeLLM(default_model=None)
         if engine == "rules"
-        else ScriptedLLM(delay=0.05, default=json_summarizer)
+        else FakeLLM(delay=0.05, default=json_summarizer)
     )
     plugin = {**WATERMARK_ONLY, "cooldown_s": 0}
     if marks == "hard":
         plugin["auto_compress_threshold"] = 0
-    rig = await make_rig(tmp_path, llm, plugin)
+    rig = make_rig(tmp_path, llm, plugin)
     session_id = f"locomo-{conversation.name}"
     checker = rig.checkers[session_id] = InvariantChecker(rig.host.memory, session_id)
     ratios: list[float] = []
-    try:
+    async with rig.host:
         for inputs, recorded in split_turns(conversation.messages):
             result = await rig.host.run_turn(session_id, inputs, recorded=recorded)
             assert result.error is None
             check_sent(result.sent)
             ratios += sent_ratios(result)
             await checker.check(result.messages)
-    finally:
-        await rig.host.stop()
     await final_check(rig, {session_id: conversation})
     reasons = Counter(
         (s["stats"].get("trigger"), s["status"]) for s in rig.finals() if s["status"] == "done"
@@ -601,14 +621,12 @@ async def test_locomo_watermark_replays_keep_the_invariants(
 
 async def test_a_min_gain_skip_never_lets_the_prompt_outgrow_the_window(tmp_path: Path) -> None:
     conversation = locomo_conversations(1)[0]
-    rig = await make_rig(tmp_path, ScriptedLLM(default_model=None), WATERMARK_ONLY)  # cooldown 30 s
+    rig = make_rig(tmp_path, FakeLLM(default_model=None), WATERMARK_ONLY)  # cooldown 30 s
     ratios: list[float] = []
-    try:
+    async with rig.host:
         for inputs, recorded in split_turns(conversation.messages):
             result = await rig.host.run_turn("s", inputs, recorded=recorded)
             ratios += sent_ratios(result)
-    finally:
-        await rig.host.stop()
     # Watermark compressions aim below the mark by min_gain, so skips for a small gain (if any)
     # only wait for the history to grow; they never switch compression off.
     assert len(rig.finals("done")) >= 3
@@ -625,13 +643,13 @@ async def test_a_watermark_compression_brings_usage_under_its_mark_with_core_mem
     """A 1000-token system message in the history (as every tau-bench trajectory has) plus
     200-token user and assistant messages: after each watermark compression the next prompt is
     at or under the mark that fired (the kept window can always shrink to the newest message)."""
-    llm = ScriptedLLM(default_model=None)
+    llm = FakeLLM(default_model=None)
     plugin = {**WATERMARK_ONLY, "keep_recent": 30, "threshold": 100_000, "cooldown_s": 0}
-    rig = await make_rig(tmp_path, llm, plugin)
+    rig = make_rig(tmp_path, llm, plugin)
     core = Message(role="system", content="Policy: " + "rule " * 795)
     assert 990 <= llm.count_tokens([core]) <= 1010
     after: list[tuple[str, float]] = []
-    try:
+    async with rig.host:
         pending: str | None = None
         for i in range(16):
             inputs = [Message(role="user", content=f"question {i} " + "word " * 155)]
@@ -650,8 +668,6 @@ async def test_a_watermark_compression_brings_usage_under_its_mark_with_core_mem
                     after.append(("hard", ratios[-1]))
                     pending = None
             await drain(rig)  # each background compression ends before the next turn
-    finally:
-        await rig.host.stop()
     assert after, "no watermark compression happened"
     marks = {"auto": 0.7, "hard": 0.9}
     over = [(trigger, round(ratio, 3)) for trigger, ratio in after if ratio > marks[trigger] + 0.01]
@@ -660,13 +676,11 @@ async def test_a_watermark_compression_brings_usage_under_its_mark_with_core_mem
 
 async def test_event_markers_never_start_a_turn_compression(tmp_path: Path) -> None:
     conversation = locomo_conversations(1)[0]
-    rig = await make_rig(tmp_path, ScriptedLLM(default_model=None), LOCOMO_PLUGIN)
-    try:
+    rig = make_rig(tmp_path, FakeLLM(default_model=None), LOCOMO_PLUGIN)
+    async with rig.host:
         for inputs, recorded in split_turns(conversation.messages):
             await rig.host.run_turn("s", inputs, recorded=recorded)
             await drain(rig)  # each background compression ends before the next turn
-    finally:
-        await rig.host.stop()
     assert len(rig.finals("done")) >= 10
     spurious = [s for s in rig.finals("skipped") if "below threshold" in s["reason"]]
     assert not spurious, f"{len(spurious)} turn requests skipped: {spurious[0]['reason']}"

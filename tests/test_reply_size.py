@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 from fake_openai import FakeOpenAIServer, Reply
-from fakes import ScriptedLLM
-from plugin_harness import json_summary, make_harness
+from plugin_harness import json_summary, plugin_host
 
 from host_stub.config import HostConfig
 from host_stub.llm import LiteLLMService, ensure_litellm
+from host_stub.testing import FakeLLM
 from plugin_memory_summary import answers
 from plugin_memory_summary.config import MemorySummaryConfig
 from plugin_memory_summary.prompts import DEFAULT_PROMPTS
@@ -61,9 +61,8 @@ async def test_p7_an_over_long_summarizer_reply_is_refused_before_parsing(
     assert len(HUGE) > 20_000_000
     cap = 100_000  # the default
     called = _refuse_long_text(monkeypatch, cap)
-    llm = ScriptedLLM(default=json_summary)
-    h = await make_harness({"threshold": 100, "keep_recent": 2}, llm=llm)
-    try:
+    llm = FakeLLM(default=json_summary)
+    async with plugin_host({"threshold": 100, "keep_recent": 2}, llm=llm) as h:
         await h.turns("s", 3)
         assert (await h.plugin.compress("s"))["status"] == "done"
         await h.turns("s", 3, start=3)
@@ -79,24 +78,19 @@ async def test_p7_an_over_long_summarizer_reply_is_refused_before_parsing(
             MARK.strip() not in after.text and MARK.strip() not in after.payload.model_dump_json()
         )
         assert "parse_summary_output" in called  # the first, normal answer was parsed
-    finally:
-        await h.host.stop()
     assert MemorySummaryConfig().summary_reply_max_chars == cap
 
 
 async def test_p7_the_reply_cap_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
     _refuse_long_text(monkeypatch, 2_000)
-    llm = ScriptedLLM(default=lambda sent: '{"summary": "' + "word " * 1_000 + '"}')
-    h = await make_harness(
+    llm = FakeLLM(default=lambda sent: '{"summary": "' + "word " * 1_000 + '"}')
+    async with plugin_host(
         {"threshold": 100, "keep_recent": 2, "summary_reply_max_chars": 2_000}, llm=llm
-    )
-    try:
+    ) as h:
         await h.turns("s", 3)
         result = await h.plugin.compress("s")
         assert result["stats"]["fallback"] == "rules", result
         assert "summary_reply_max_chars is 2,000" in result["reason"], result
-    finally:
-        await h.host.stop()
     with pytest.raises(ValueError, match="summary_reply_max_chars"):
         MemorySummaryConfig(summary_reply_max_chars=10)
 
@@ -160,9 +154,6 @@ async def test_p7_the_host_passes_its_reply_cap_to_the_service() -> None:
     config = HostConfig.model_validate(
         {"host": {"model": "openai/x", "memory": "memory://", "llm_max_reply_chars": 12_345}}
     )
-    host = await Host(config).start()
-    try:
+    async with Host(config) as host:
         assert isinstance(host.llm, LiteLLMService) and host.llm.max_reply_chars == 12_345
-    finally:
-        await host.stop()
     assert HostConfig().host.llm_max_reply_chars == 1_000_000

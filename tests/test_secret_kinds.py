@@ -13,10 +13,10 @@ from typing import Any
 
 import procs
 import pytest
-from fakes import ScriptedLLM, simple_count
-from plugin_harness import make_harness
+from plugin_harness import plugin_host
 
 from host_stub.messages import Message, ToolCall, ToolCallFunction
+from host_stub.testing import FakeLLM, simple_count
 from plugin_memory_summary import SummaryPayload
 from plugin_memory_summary.config import MemorySummaryConfig
 from plugin_memory_summary.hygiene import SUMMARY_OPEN
@@ -126,9 +126,8 @@ async def test_p4_no_secret_kind_reaches_the_summarizer_nor_the_stored_summary(
     summarizer: str, tmp_path: Path
 ) -> None:
     db = tmp_path / "s.db"
-    llm = ScriptedLLM(default=_echo if summarizer == "echo" else _down)
-    h = await make_harness(PLUGIN, llm=llm, db=db)
-    try:
+    llm = FakeLLM(default=_echo if summarizer == "echo" else _down)
+    async with plugin_host(PLUGIN, llm=llm, db=db) as h:
         await _conversation(h)
         result = await h.plugin.compress("s")
         assert result["status"] in ("done", "error"), result
@@ -151,8 +150,6 @@ async def test_p4_no_secret_kind_reaches_the_summarizer_nor_the_stored_summary(
         turn = await h.host.run_turn("s", "next")
         block = next(m["content"] for m in turn.sent[-1] if SUMMARY_OPEN in str(m["content"]))
         assert _leaks(block) == []
-    finally:
-        await h.host.stop()
 
 
 def _config() -> MemorySummaryConfig:
@@ -165,7 +162,7 @@ async def _merge(
     outcome = await summarize_batches(
         previous,
         [[Message(role="user", content=t) for t in texts]],
-        llm=ScriptedLLM(),
+        llm=FakeLLM(),
         model=None,
         config=_config(),
         budget=2000,

@@ -1,7 +1,7 @@
 """Fault-injection soak: many sessions at once through one host on SQLite, with a summarizer that
 fails most of the time (``tests/faults.py``), checking the design's invariants after every turn.
 
-The summarizer (:class:`faults.FaultyLLM`) raises a provider error on 30% of calls, times out on
+The summarizer (:func:`faults.faulty_llm`) raises a provider error on 30% of calls, times out on
 10% (half at once, half hanging until the call's timeout), answers garbage on 10% and a cut-off
 (``finish_reason="length"``) answer on 5%; a few more answers are empty, of the wrong JSON types or
 far over budget, and 10% arrive late. Small thresholds and a small context window make the turn
@@ -40,8 +40,7 @@ from typing import Any
 
 import pytest
 from fake_openai import FakeOpenAIServer
-from fakes import simple_count
-from faults import LEAK_MARKERS, FaultPlan, FaultyLLM, openai_replies
+from faults import LEAK_MARKERS, FaultPlan, faulty_llm, openai_replies
 from invariants import InvariantChecker, check_sent
 
 from host_stub import signals
@@ -50,6 +49,7 @@ from host_stub.host import Host
 from host_stub.memory.sqlite import SQLiteMemory
 from host_stub.messages import Message, ToolCall, ToolCallFunction
 from host_stub.services import SUMMARY_NAMESPACE
+from host_stub.testing import FakeLLM, simple_count
 
 FINAL = ("done", "error", "skipped")
 SEED = 20261129
@@ -119,7 +119,7 @@ class _LogCounter(logging.Handler):
 @dataclass
 class Soak:
     host: Host
-    llm: FaultyLLM
+    llm: FakeLLM
     path: Path
     statuses: list[dict[str, Any]] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -133,7 +133,7 @@ class Soak:
         return self.host.get_plugin("memory-summary")
 
 
-async def make_soak(path: Path, llm: FaultyLLM, plugin: dict[str, Any] | None = None) -> Soak:
+def make_soak(path: Path, llm: FakeLLM, plugin: dict[str, Any] | None = None) -> Soak:
     memory = SQLiteMemory(path, token_counter=lambda m: llm.count_tokens([m]))
     config = HostConfig.model_validate(
         {
@@ -153,7 +153,6 @@ async def make_soak(path: Path, llm: FaultyLLM, plugin: dict[str, Any] | None = 
 
     host.bus.connect(signals.SESSION_COMPRESSING, on_compressing)
     host.bus.connect(signals.SESSION_COMPRESS, on_compress)
-    await host.start()
     return soak
 
 
@@ -328,20 +327,20 @@ async def test_soak_with_a_failing_summarizer(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     size = soak_size(request.config)
-    llm = FaultyLLM(SOAK_PLAN)
-    soak = await make_soak(tmp_path / "soak.db", llm)
+    llm = faulty_llm(SOAK_PLAN)
+    soak = make_soak(tmp_path / "soak.db", llm)
     logs = _LogCounter()
     watched = [logging.getLogger(n) for n in ("host_stub", "plugin_memory_summary")]
     for logger in watched:
         logger.addHandler(logs)
     started = time.monotonic()
     try:
-        await asyncio.gather(
-            *(run_session(soak, i, size.turns, SEED) for i in range(size.sessions))
-        )
-        turns_done = time.monotonic() - started
+        async with soak.host:
+            await asyncio.gather(
+                *(run_session(soak, i, size.turns, SEED) for i in range(size.sessions))
+            )
+            turns_done = time.monotonic() - started
     finally:
-        await soak.host.stop()
         for logger in watched:
             logger.removeHandler(logs)
     elapsed = time.monotonic() - started
@@ -362,7 +361,7 @@ async def test_soak_with_a_failing_summarizer(
         f"done {finals['done']}, error {finals['error']}, skipped {finals['skipped']}; "
         f"fallbacks {dict(fallbacks)}\n"
         f"  asked by the test: {asked}\n"
-        f"  summarizer calls {llm.calls}: {dict(llm.counts)}\n"
+        f"  summarizer calls {len(llm.calls)}: {dict(llm.counts)}\n"
         f"  stored {found}\n"
         f"  invariant checks {checks}, archived messages read {sum(c.archived_read for c in soak.checkers.values())}"
     )
@@ -390,20 +389,18 @@ async def test_a_summarizer_that_ignores_its_timeout_is_cut_by_the_plugins_guard
 ) -> None:
     """A hang that ignores the ``timeout`` argument (a client without one) is cancelled by the
     plugin's own guard; the rules engine merges instead and the status says why."""
-    llm = FaultyLLM(FaultPlan(seed=1), deaf_hangs=True)
-    soak = await make_soak(
+    llm = faulty_llm(FaultPlan(seed=1), deaf_hangs=True)
+    soak = make_soak(
         tmp_path / "deaf.db",
         llm,
         {**SOAK_PLUGIN, "threshold": 1000, "summary_timeout_s": 0.05},
     )
-    try:
+    async with soak.host:
         for n in range(8):
             inputs, recorded = script_turn(random.Random(n), 0, n)
             await soak.host.run_turn("s", inputs, recorded=recorded)
         llm.force("hang")
         final = await soak.plugin.compress("s")
-    finally:
-        await soak.host.stop()
     # The deaf hang ends only when cancelled: the guard did it (no wall-clock budget needed).
     assert llm.outcomes[("hang", "cancelled")] == 1
     assert final["status"] == "error" and "timed out" in final["reason"], final
@@ -415,25 +412,25 @@ async def test_a_hard_compression_meets_its_deadline_with_a_summarizer_that_igno
 ) -> None:
     """A hard compression blocks the turn at most ``hard_deadline_s`` (past it the rules engine
     finishes), even when the summarizer does not honour the timeout it is given."""
-    llm = FaultyLLM(FaultPlan(seed=2), deaf_hangs=True)
+    llm = faulty_llm(FaultPlan(seed=2), deaf_hangs=True)
     deadline = 0.3
-    soak = await make_soak(
+    soak = make_soak(
         tmp_path / "deaf-hard.db",
         llm,
         {**SOAK_PLUGIN, "threshold": 1000, "summary_timeout_s": 30, "hard_deadline_s": deadline},
     )
-    try:
-        for n in range(8):
-            inputs, recorded = script_turn(random.Random(n), 0, n)
-            await soak.host.run_turn("s", inputs, recorded=recorded)
-        llm.force("hang")
-        final = await soak.plugin.request("s", "hard", deadline_s=deadline)
-        # The summarizer never answered (a deaf hang ends only when fired or cancelled): the
-        # request returned because its deadline passed, however slow the machine.
-        unanswered = len(llm.hanging) + llm.outcomes[("hang", "cancelled")]
-    finally:
-        llm.fire_hangs()
-        await soak.host.stop()
+    async with soak.host:
+        try:
+            for n in range(8):
+                inputs, recorded = script_turn(random.Random(n), 0, n)
+                await soak.host.run_turn("s", inputs, recorded=recorded)
+            llm.force("hang")
+            final = await soak.plugin.request("s", "hard", deadline_s=deadline)
+            # The summarizer never answered (a deaf hang ends only when fired or cancelled): the
+            # request returned because its deadline passed, however slow the machine.
+            unanswered = len(llm.hanging) + llm.outcomes[("hang", "cancelled")]
+        finally:
+            llm.fire_hangs()
     assert final["status"] in ("done", "error"), final
     assert unanswered >= 1 and llm.outcomes[("hang", "answered")] == 0
 
@@ -447,8 +444,8 @@ async def test_a_hard_compression_bypasses_the_concurrency_cap_when_a_queued_run
     """Session ``x`` holds the only summarizer slot (its reply is late); session ``y`` has a
     background compression queued behind it. A turn of ``y`` over the hard watermark must still
     compress before its model call (hard requests bypass the cap), not wait for the queue."""
-    llm = FaultyLLM(FaultPlan(seed=3), hold_slow=True)
-    soak = await make_soak(
+    llm = faulty_llm(FaultPlan(seed=3), hold_slow=True)
+    soak = make_soak(
         tmp_path / "cap.db",
         llm,
         {
@@ -463,28 +460,31 @@ async def test_a_hard_compression_bypasses_the_concurrency_cap_when_a_queued_run
             "recall_tokens": 0,
         },
     )
-    host = soak.host
-    try:
-        for n in range(10):  # x: a little history; y: ~84% of the window
-            await host.run_turn("x", f"x {n}", recorded=[Message(role="assistant", content="ok")])
-            await host.run_turn(
-                "y", f"y {n} " + "lorem " * 200, recorded=[Message(role="assistant", content="ok")]
+    async with soak.host as host:
+        try:
+            for n in range(10):  # x: a little history; y: ~84% of the window
+                await host.run_turn(
+                    "x", f"x {n}", recorded=[Message(role="assistant", content="ok")]
+                )
+                await host.run_turn(
+                    "y",
+                    f"y {n} " + "lorem " * 200,
+                    recorded=[Message(role="assistant", content="ok")],
+                )
+            llm.force("slow")
+            await host.request_compression("x", "manual")  # takes the only slot, answers late
+            while not llm.waiting_slow:
+                await asyncio.sleep(0.001)
+            await host.request_compression("y", "manual")  # queued behind the cap
+            await asyncio.sleep(0.01)
+            assert set(soak.plugin.scheduler.running) == {"x", "y"}
+            result = await host.run_turn(
+                "y", "big " * 400, recorded=[Message(role="assistant", content="ok")]
             )
-        llm.force("slow")
-        await host.request_compression("x", "manual")  # takes the only slot, answers late
-        while not llm.waiting_slow:
-            await asyncio.sleep(0.001)
-        await host.request_compression("y", "manual")  # queued behind the cap
-        await asyncio.sleep(0.01)
-        assert set(soak.plugin.scheduler.running) == {"x", "y"}
-        result = await host.run_turn(
-            "y", "big " * 400, recorded=[Message(role="assistant", content="ok")]
-        )
-        first = result.usage[0].usage_ratio
-        sent = result.usage[-1].usage_ratio
-    finally:
-        llm.resolve_slow()
-        await host.stop()
+            first = result.usage[0].usage_ratio
+            sent = result.usage[-1].usage_ratio
+        finally:
+            llm.resolve_slow()
     assert first >= 0.9  # the hard watermark fired before the call
     hard_ids = {s["request_id"] for s in soak.statuses if s["reason"] == "hard"}
     hard = [(s["status"], s["reason"]) for s in soak.statuses if s["request_id"] in hard_ids]
@@ -549,12 +549,11 @@ async def test_litellm_path_with_faults_at_high_rates(
         statuses.append(payload)
 
     host.bus.connect(signals.SESSION_COMPRESSING, on_compressing)
-    await host.start()
     checker = InvariantChecker(memory, "s")
     finals: list[dict[str, Any]] = []
     appended: list[tuple[str, Any]] = []
     rng = random.Random(SEED)
-    try:
+    async with host:
         for n in range(24):
             inputs, recorded = script_turn(rng, 0, n)
             result = await host.run_turn("s", inputs, recorded=recorded)
@@ -566,8 +565,6 @@ async def test_litellm_path_with_faults_at_high_rates(
             assert final["status"] in FINAL, final
             finals.append(final)
             await checker.check()
-    finally:
-        await host.stop()
     served = replies.sampler.counts  # type: ignore[attr-defined]
     assert sum(served.values()) == len(fake_openai.requests) >= 20
     assert served["ok"] > 0 and sum(v for k, v in served.items() if k != "ok") >= 10, served

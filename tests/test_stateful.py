@@ -2,7 +2,7 @@
 of one host, with the design's invariants checked after every step.
 
 A :class:`hypothesis.stateful.RuleBasedStateMachine` owns one host (the plugin loaded from its
-entry point), a :class:`faults.FaultyLLM` summarizer that answers well unless a rule says
+entry point), a :func:`faults.faulty_llm` summarizer that answers well unless a rule says
 otherwise, and its own asyncio event loop (created in ``__init__``, closed in ``teardown``). Rules:
 append plain messages; append a tool-call group (1-3 parallel calls with their results, in any
 order); run a turn (recorded replies, tool rounds included); ask for a compression (manual / auto
@@ -41,7 +41,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from faults import LEAK_MARKERS, FaultPlan, FaultyLLM
+from faults import LEAK_MARKERS, FaultPlan, faulty_llm
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -123,7 +123,7 @@ class MemoryMachine(RuleBasedStateMachine):
         super().__init__()
         self.loop = asyncio.new_event_loop()
         self.tmp: Path | None = None
-        self.llm = FaultyLLM(FaultPlan(seed=0), hold_slow=True)
+        self.llm = faulty_llm(FaultPlan(seed=0), hold_slow=True)
         if self.backend == "sqlite":
             self.tmp = Path(tempfile.mkdtemp(prefix="stateful-"))
             memory: Any = SQLiteMemory(

@@ -8,8 +8,6 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from fakes import ScriptedLLM
-
 from host_stub.config import HostConfig
 from host_stub.hookspecs import PromptView, hookimpl
 from host_stub.host import Host
@@ -17,6 +15,7 @@ from host_stub.memory import sqlite as sqlite_store
 from host_stub.memory.inmemory import InMemoryMemory
 from host_stub.memory.sqlite import SQLiteMemory
 from host_stub.messages import Message
+from host_stub.testing import FakeLLM
 
 NO_ENTRY_POINTS = HostConfig.model_validate(
     {"host": {"model": "fake/chat"}, "plugins": {"allow": []}}
@@ -51,8 +50,7 @@ class Trimmer:
 
 async def test_one_snapshot_per_model_call_when_nothing_changed() -> None:
     memory = CountingMemory()
-    host = await Host(NO_ENTRY_POINTS, memory=memory, llm=ScriptedLLM(default="ok")).start()
-    try:
+    async with Host(NO_ENTRY_POINTS, memory=memory, llm=FakeLLM(default="ok")) as host:
         for i in range(3):
             before = memory.snapshots
             result = await host.run_turn(
@@ -61,42 +59,40 @@ async def test_one_snapshot_per_model_call_when_nothing_changed() -> None:
             assert result.outcome == "replied"
             assert memory.snapshots - before == 1
             assert not any(u.rebuilt for u in result.usage)
-    finally:
-        await host.stop()
 
 
 async def test_a_hook_that_writes_gets_the_prompt_built_again() -> None:
     memory = CountingMemory()
-    host = await Host(
-        NO_ENTRY_POINTS, memory=memory, llm=ScriptedLLM(default="ok"), plugins=[("trim", Trimmer())]
-    ).start()
-    try:
+    async with Host(
+        NO_ENTRY_POINTS, memory=memory, llm=FakeLLM(default="ok"), plugins=[("trim", Trimmer())]
+    ) as host:
         for i in range(3):
             await memory.append("s", [Message(role="user", content=f"old {i}")])
         result = await host.run_turn("s", "q", recorded=[Message(role="assistant", content="a")])
         assert [u.rebuilt for u in result.usage] == [False, True]
         sent = [m["content"] for m in result.sent[-1] if m["role"] != "system"]
         assert sent == ["old 2", "q"]
-    finally:
-        await host.stop()
 
 
 async def test_markers_are_stored_without_counting() -> None:
     counted: list[Any] = []
 
-    class Counting(ScriptedLLM):
+    class Counting(FakeLLM):
         def count_tokens(self, messages_or_text: Any, model: str | None = None) -> int:
             counted.append(messages_or_text)
             return super().count_tokens(messages_or_text, model)
 
-    memory = InMemoryMemory(token_counter=lambda m: 1)
-    host = await Host(NO_ENTRY_POINTS, memory=memory, llm=Counting(default="ok")).start()
-    try:
+    # The host opens the store itself, with its own token counter.
+    config = NO_ENTRY_POINTS.model_copy(
+        update={"host": NO_ENTRY_POINTS.host.model_copy(update={"memory": "memory://"})}
+    )
+    async with Host(config, llm=Counting(default="ok")) as host:
         marker = Message(role="system", kind="event-marker", content="compressed 3 messages")
-        assert host._count_message(marker) == 0
+        [stored] = await host.memory.append("s", [marker])
+        assert stored.tokens == 0
         assert counted == []
-    finally:
-        await host.stop()
+        [counted_message] = await host.memory.append("s", [Message(role="user", content="hi")])
+        assert counted_message.tokens and len(counted) == 1  # a message is counted
 
 
 class NoArchiveScan(dict):

@@ -5,22 +5,22 @@
   file in WAL mode, safe for several processes on one machine.
 - ``postgresql://user:password@host:5432/db`` (or ``postgres://``; ``?schema=name`` picks a
   PostgreSQL schema): :class:`~host_stub.memory.postgres.PostgresMemory`, on asyncpg (install
-  ``plugin-memory-summary[postgres]``), for several host processes on several machines.
+  the ``postgres`` extra), for several host processes on several machines.
 - ``redis://[:password@]host:6379/0`` (or ``rediss://`` for TLS; ``?prefix=name:`` picks the key
   prefix, default ``hs:``): :class:`~host_stub.memory.redis.RedisMemory`, on redis-py asyncio
-  (install ``plugin-memory-summary[redis]``), for several host processes on several machines.
+  (install the ``redis`` extra), for several host processes on several machines.
 
 Plugins never import this package; they receive a :class:`~host_stub.services.MemoryService`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from urllib.parse import unquote
 
 from ..messages import Message
 from ..services import MemoryService
+from ._common import redact_url
 from .inmemory import InMemoryMemory
 from .sqlite import SQLiteMemory
 
@@ -29,9 +29,13 @@ __all__ = ["InMemoryMemory", "SQLiteMemory", "open_memory"]
 SCHEMES = "memory://, sqlite:///, postgresql://, redis://"
 
 
-def _shown(url: str) -> str:
-    """The URL as errors show it: a password never appears."""
-    return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", url)
+def _install(extra: str, package: str) -> str:
+    """How to install a backend's driver: the ``extra`` of the distribution that ships this
+    package, or the driver's own ``package`` when that distribution is not known."""
+    from importlib.metadata import packages_distributions
+
+    shipped = packages_distributions().get(__name__.partition(".")[0]) or []
+    return f"pip install '{shipped[0]}[{extra}]'" if shipped else f"pip install {package}"
 
 
 def open_memory(url: str, token_counter: Callable[[Message], int]) -> MemoryService:
@@ -42,7 +46,9 @@ def open_memory(url: str, token_counter: Callable[[Message], int]) -> MemoryServ
     """
     scheme, sep, rest = url.partition("://")
     if not sep:
-        raise ValueError(f"memory URL {_shown(url)!r} has no scheme (expected one of {SCHEMES})")
+        raise ValueError(
+            f"memory URL {redact_url(url)!r} has no scheme (expected one of {SCHEMES})"
+        )
     scheme = scheme.lower()
     if scheme == "memory":
         return InMemoryMemory(token_counter)
@@ -55,8 +61,7 @@ def open_memory(url: str, token_counter: Callable[[Message], int]) -> MemoryServ
             if exc.name != "asyncpg":
                 raise
             raise ModuleNotFoundError(
-                "the PostgreSQL memory backend needs asyncpg: "
-                "pip install 'plugin-memory-summary[postgres]'",
+                f"the PostgreSQL memory backend needs asyncpg: {_install('postgres', 'asyncpg')}",
                 name="asyncpg",
             ) from None
         return PostgresMemory(url, token_counter)
@@ -67,13 +72,13 @@ def open_memory(url: str, token_counter: Callable[[Message], int]) -> MemoryServ
             if exc.name is None or exc.name.partition(".")[0] != "redis":
                 raise
             raise ModuleNotFoundError(
-                "the Redis memory backend needs redis-py: "
-                "pip install 'plugin-memory-summary[redis]'",
+                f"the Redis memory backend needs redis-py: {_install('redis', 'redis')}",
                 name="redis",
             ) from None
         return RedisMemory(url, token_counter)
     raise ValueError(
-        f"memory URL {_shown(url)!r} has an unknown scheme {scheme!r} (expected one of {SCHEMES})"
+        f"memory URL {redact_url(url)!r} has an unknown scheme {scheme!r} "
+        f"(expected one of {SCHEMES})"
     )
 
 

@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from ..messages import Message
+from ..services import MetadataEntry
 
 __all__ = [
     "TokenCounter",
     "body_of",
     "check_limit",
     "check_ttl",
+    "dump_value",
+    "error_line",
     "is_core",
+    "load_value",
     "message_from_row",
+    "metadata_entry",
     "new_lease_token",
+    "one_line",
+    "redact_url",
     "select_trim",
     "to_datetime",
     "tokens_of",
@@ -104,3 +112,58 @@ def new_lease_token() -> str:
 def to_datetime(ts: float | None) -> datetime | None:
     """A stored unix time as an aware UTC datetime."""
     return None if ts is None else datetime.fromtimestamp(ts, UTC)
+
+
+def dump_value(value: dict[str, Any]) -> str:
+    """A metadata value as the stores keep it: compact JSON text."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def load_value(text: str | None) -> dict[str, Any] | None:
+    """A stored metadata value (``None`` for a deleted one)."""
+    return None if text is None else json.loads(text)
+
+
+def metadata_entry(
+    namespace: str,
+    key: str,
+    *,
+    value: dict[str, Any] | None,
+    version: int,
+    deleted: Any,
+    updated_at: float | None,
+) -> MetadataEntry:
+    """A stored metadata row as the entry every backend returns (``updated_at`` in unix
+    seconds)."""
+    return MetadataEntry(
+        namespace=namespace,
+        key=key,
+        value=value,
+        version=int(version),
+        deleted=bool(deleted),
+        updated_at=to_datetime(updated_at),
+    )
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password (in the user info, or a ``password=`` parameter) as ``***``;
+    safe to log and to show."""
+    head, sep, rest = url.partition("://")
+    if sep:
+        # The last "@" ends the user info (a raw "@" in a password is common); masking too much
+        # when a query value holds an "@" is the safe side.
+        userinfo, at, hostpart = rest.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        if at and colon:
+            rest = f"{user}:***@{hostpart}"
+    return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", head + sep + rest)
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: every run of whitespace (newlines included) as one space."""
+    return " ".join(text.split())
+
+
+def error_line(exc: BaseException) -> str:
+    """An exception on one line: its type, then its text."""
+    return f"{type(exc).__name__}: {one_line(str(exc)) or 'no details'}"

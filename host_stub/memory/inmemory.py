@@ -8,7 +8,6 @@ they pass in or get back without touching the store.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +29,9 @@ from ._common import (
     body_of,
     check_limit,
     check_ttl,
+    dump_value,
     is_core,
+    load_value,
     message_from_row,
     new_lease_token,
     select_trim,
@@ -459,8 +460,8 @@ def _copies(messages: list[Message]) -> list[Message]:
 
 
 def _copy_value(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A private copy of a metadata value, through JSON as the SQL backends store it."""
-    return None if value is None else json.loads(json.dumps(value))
+    """A private copy of a metadata value, through JSON as the other backends store it."""
+    return None if value is None else load_value(dump_value(value))
 
 
 def _entry_copy(entry: MetadataEntry | None) -> MetadataEntry | None:

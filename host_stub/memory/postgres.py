@@ -36,8 +36,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
-import re
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
@@ -60,8 +58,13 @@ from ._common import (
     body_of,
     check_limit,
     check_ttl,
+    dump_value,
+    error_line,
+    load_value,
     message_from_row,
+    metadata_entry,
     new_lease_token,
+    redact_url,
     select_trim,
     to_datetime,
     tokens_of,
@@ -168,19 +171,6 @@ _SCHEMES = ("postgresql", "postgres")
 _CONNECT_ERRORS = (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
-def redact_url(url: str) -> str:
-    """``url`` with its password (in the user info or a ``password=`` parameter) as ``***``."""
-    head, sep, rest = url.partition("://")
-    if sep:
-        # The last "@" ends the user info (a raw "@" in a password is common); masking too much
-        # when a query value holds an "@" is the safe side.
-        userinfo, at, hostpart = rest.rpartition("@")
-        user, colon, _ = userinfo.partition(":")
-        if at and colon:
-            rest = f"{user}:***@{hostpart}"
-    return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", head + sep + rest)
-
-
 def _quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -189,11 +179,6 @@ def _lock_key(*parts: str) -> int:
     """A stable signed 64-bit advisory-lock key for ``parts``."""
     digest = hashlib.blake2b("\0".join(parts).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or "no details"
-    return f"{type(exc).__name__}: {text}"
 
 
 class PostgresMemory:
@@ -258,7 +243,7 @@ class PostgresMemory:
         return text.replace("{p}", self._p)
 
     def _cannot_connect(self, exc: BaseException) -> ConnectionError:
-        return ConnectionError(f"{self.url}: cannot connect: {_one_line(exc)}")
+        return ConnectionError(f"{self.url}: cannot connect: {error_line(exc)}")
 
     async def _get_pool(self) -> Any:
         if self._closed:
@@ -299,7 +284,7 @@ class PostgresMemory:
                 timeout=self._connect_timeout,
             )
         except ValueError as exc:  # asyncpg's ClientConfigurationError is one
-            raise ValueError(f"memory URL {self.url!r}: {_one_line(exc)}") from None
+            raise ValueError(f"memory URL {self.url!r}: {error_line(exc)}") from None
         except _CONNECT_ERRORS as exc:
             raise self._cannot_connect(exc) from None
         try:
@@ -577,7 +562,7 @@ class PostgresMemory:
         namespace: str = SUMMARY_NAMESPACE,
         lease: LeaseToken | None = None,
     ) -> bool:
-        value = _dump_value(record)
+        value = dump_value(record)
         async with self._tx() as conn:
             await self._check_fence(conn, lease)
             current = await self._locked_epoch(conn, session_id)
@@ -620,7 +605,7 @@ class PostgresMemory:
         check_session_id(key)
         if value is None:
             raise ValueError("save_metadata needs a value; use delete_metadata to delete")
-        text = _dump_value(value)
+        text = dump_value(value)
         async with self._conn() as conn:
             return await self._write_metadata(conn, namespace, key, text, expected_version)
 
@@ -1012,13 +997,13 @@ def _parse_url(url: str, shown: str) -> tuple[str, str | None]:
 
 
 def _entry(row: Any) -> MetadataEntry:
-    return MetadataEntry(
-        namespace=row["namespace"],
-        key=row["key"],
-        value=None if row["value"] is None else json.loads(row["value"]),
-        version=int(row["version"]),
-        deleted=bool(row["deleted"]),
-        updated_at=to_datetime(row["updated_at"]),
+    return metadata_entry(
+        row["namespace"],
+        row["key"],
+        value=load_value(row["value"]),
+        version=row["version"],
+        deleted=row["deleted"],
+        updated_at=row["updated_at"],
     )
 
 
@@ -1035,7 +1020,3 @@ def _rows_to_messages(rows: Sequence[Any]) -> list[Message]:
         )
         for r in rows
     ]
-
-
-def _dump_value(value: dict[str, Any]) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -63,7 +63,7 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 import redis.exceptions as redis_errors
@@ -87,8 +87,12 @@ from ._common import (
     body_of,
     check_limit,
     check_ttl,
+    dump_value,
     message_from_row,
+    metadata_entry,
     new_lease_token,
+    one_line,
+    redact_url,
     select_trim,
     to_datetime,
     tokens_of,
@@ -523,23 +527,6 @@ def _fence_arg(lease: LeaseToken | None) -> str | int:
 # -- URLs -------------------------------------------------------------------------------------
 
 
-def redact_url(url: str) -> str:
-    """``url`` with its password (if any) replaced by ``***``; safe to log and to show."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.netloc.rpartition("@")[2]
-        user = quote(unquote(parts.username or ""), safe="")
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-    except ValueError:
-        # Too broken to parse: hide everything between the scheme and the host.
-        scheme, sep, rest = url.partition("://")
-        if "@" in rest:
-            return f"{scheme}{sep}***@{rest.rpartition('@')[2]}"
-        return url
-
-
 def _parse_url(url: str, shown: str) -> tuple[str, str | None]:
     """Validate ``url``; return it without our own ``prefix`` parameter, and that prefix."""
 
@@ -581,10 +568,6 @@ def _parse_url(url: str, shown: str) -> tuple[str, str | None]:
             known = ", ".join(["prefix", *sorted(URL_QUERY_ARGUMENT_PARSERS)])
             raise bad(f"unknown parameter {name!r} (known: {known})")
     return urlunsplit(parts._replace(query=urlencode(query))), prefix
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 # -- the backend ------------------------------------------------------------------------------
@@ -674,7 +657,7 @@ class RedisMemory:
         return f"{self.prefix}sessions"
 
     def _scrub(self, exc: BaseException) -> str:
-        text = _one_line(str(exc)) or type(exc).__name__
+        text = one_line(str(exc)) or type(exc).__name__
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return text
@@ -836,7 +819,7 @@ class RedisMemory:
             int(expected_version),
             int(epoch),
             int(archive_through_seq),
-            _dump_value(record),
+            dump_value(record),
             _fence_arg(lease),
         ]
         won = await self._run("commit", keys, args)
@@ -862,7 +845,7 @@ class RedisMemory:
         check_session_id(key)
         if value is None:
             raise ValueError("save_metadata needs a value; use delete_metadata to delete")
-        return await self._write_metadata(namespace, key, _dump_value(value), expected_version)
+        return await self._write_metadata(namespace, key, dump_value(value), expected_version)
 
     async def delete_metadata(
         self, namespace: str, key: str, expected_version: int | None = None
@@ -999,13 +982,13 @@ def _messages(flat: list[Any]) -> list[Message]:
 
 def _entry(namespace: str, key: str, raw: str) -> MetadataEntry:
     data = json.loads(raw)
-    return MetadataEntry(
-        namespace=namespace,
-        key=key,
+    return metadata_entry(
+        namespace,
+        key,
         value=data["value"],
         version=data["version"],
         deleted=data["deleted"],
-        updated_at=to_datetime(data["updated_at"] / 1000),
+        updated_at=data["updated_at"] / 1000,
     )
 
 
@@ -1023,7 +1006,3 @@ def _index_doc(own: list[str] | None) -> str:
     if own is None:
         return ""
     return f"{len(own)} {_pairs(own)}".rstrip()
-
-
-def _dump_value(value: dict[str, Any]) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -73,7 +72,10 @@ from ._common import (
     body_of,
     check_limit,
     check_ttl,
+    dump_value,
+    load_value,
     message_from_row,
+    metadata_entry,
     new_lease_token,
     select_trim,
     to_datetime,
@@ -495,7 +497,7 @@ class SQLiteMemory:
         namespace: str = SUMMARY_NAMESPACE,
         lease: LeaseToken | None = None,
     ) -> bool:
-        value = _dump_value(record)
+        value = dump_value(record)
 
         def job(db: sqlite3.Connection) -> bool:
             _check_fence(db, lease)
@@ -532,7 +534,7 @@ class SQLiteMemory:
         check_session_id(key)
         if value is None:
             raise ValueError("save_metadata needs a value; use delete_metadata to delete")
-        text = _dump_value(value)
+        text = dump_value(value)
 
         def job(db: sqlite3.Connection) -> int | None:
             if expected_version is not None:
@@ -912,15 +914,11 @@ def _messages(rows: Iterable[_Row]) -> list[Message]:
 
 def _entry(row: _Row) -> MetadataEntry:
     namespace, key, value, version, deleted, updated_at = row
-    return MetadataEntry(
-        namespace=namespace,
-        key=key,
-        value=None if value is None else json.loads(value),
+    return metadata_entry(
+        namespace,
+        key,
+        value=load_value(value),
         version=version,
-        deleted=bool(deleted),
-        updated_at=to_datetime(updated_at),
+        deleted=deleted,
+        updated_at=updated_at,
     )
-
-
-def _dump_value(value: dict[str, Any]) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,159 @@
+"""The report as text: one line per compression, the summary table, the token calibration."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from .models import CompressionEvent, ReplayReport
+
+__all__ = ["calibration_line", "compression_line", "render_report"]
+
+
+def _n(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def compression_line(event: CompressionEvent) -> str:
+    """``24 messages summarized at turn 31, tokens 3,120 -> 1,034 (rules engine)``; a turn of 0
+    (not known) is left out."""
+    if event.messages_summarized:
+        what = f"{event.messages_summarized} messages summarized"
+    else:
+        what = f"{event.messages_archived} messages archived without a summary"
+    if event.turn:
+        what += f" at turn {event.turn}"
+    tokens = ""
+    if event.tokens_before is not None and event.tokens_after is not None:
+        tokens = f", tokens {_n(event.tokens_before)} -> {_n(event.tokens_after)}"
+    if event.model is None:
+        how = "rules engine"
+    elif event.fell_back:
+        how = f"{event.model} failed, fallback {event.fallback}: {_short(event.reason)}"
+    else:
+        how = event.model
+    trigger = {
+        "turn": "",
+        "auto": ", soft watermark",
+        "hard": ", hard watermark",
+        "manual": ", manual",
+    }.get(event.trigger, f", {event.trigger}")
+    return f"{what}{tokens} ({how}{trigger})"
+
+
+def _short(text: str, limit: int = 120) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def calibration_line(calibration: dict[str, Any], summary_model: str | None) -> str | None:
+    """``openai/m: the provider counts 1.25x the host's tokens (4 calls), watermark corrected``;
+    ``None`` when no model was called (the rules engine, offline)."""
+    if not calibration:
+        return None
+    model = calibration.get("model", "")
+    calls = {**calibration.get("service_calls", {}), **calibration.get("agent_calls", {})}
+    if not calls:
+        if summary_model is None:
+            return None
+        return f"not calibrated: no call to {summary_model} reported its prompt tokens"
+    parts = []
+    for name, state in calls.items():
+        parts.append(
+            f"{name}: the provider counts {state['ratio']:.2f}x the host's tokens "
+            f"({state['samples']} call{'' if state['samples'] == 1 else 's'})"
+        )
+    if not calibration.get("enabled", True):
+        tail = "; calibration off (calibrate_tokens = false)"
+    elif model in calls:
+        tail = f"; watermark corrected x{calibration.get('ratio', 1.0):.2f}"
+    else:
+        tail = ""
+    return "; ".join(parts) + tail
+
+
+def render_report(report: ReplayReport) -> str:
+    """The report as plain text (numbers from the runs only)."""
+    w = report.with_plugin
+    b = report.without_plugin
+    window = report.context_window
+    lines = [f"report: {report.title}"]
+    lines.append(
+        f"  turns              {report.turns} ({report.messages} messages, "
+        f"{report.tool_results} tool results)"
+    )
+    engine = report.summary_model or "the rules engine, offline, no model"
+    lines.append(f"  compressions       {len(w.compressions)} (summarizer: {engine})")
+    if report.fell_back:
+        reasons = Counter(_short(e.reason, 100) for e in report.fell_back)
+        lines.append(
+            f"  fell back          {len(report.fell_back)} of {len(w.compressions)} "
+            f"compressions used the {report.fell_back[0].fallback} fallback:"
+        )
+        pad = " " * 23
+        lines += [f"{pad}{count} x {reason}" for reason, count in reasons.most_common(3)]
+    elif report.summary_model:
+        lines.append("  fell back          0 compressions")
+    marks = []
+    if report.auto_mark:
+        marks.append(f"soft mark {report.auto_mark:.0%} = {_n(window * report.auto_mark)}")
+    if report.hard_mark:
+        marks.append(f"hard mark {report.hard_mark:.0%} = {_n(window * report.hard_mark)}")
+    lines.append(
+        f"  context window     {_n(window)} tokens" + (f" ({', '.join(marks)})" if marks else "")
+    )
+    lines.append(
+        "  context per turn   with plugin   without plugin"
+        + {
+            "computed": " (computed from the same run)",
+            "replay": " (replayed without the plugin)",
+        }.get(report.baseline, "")
+    )
+    for label, a, c in (
+        ("max", _n(w.max), _n(b.max) if b else "-"),
+        ("mean", _n(w.mean), _n(b.mean) if b else "-"),
+        ("turns over window", str(w.over(window)), str(b.over(window)) if b else "-"),
+    ):
+        lines.append(f"    {label:<17}{a:>12}   {c:>14}")
+    reuse = w.prefix_reuse
+    if reuse is not None:
+        bare = b.prefix_reuse if b is not None else None
+        lines.append(
+            f"  prompt prefix      {reuse[0]:.0%} of prompt tokens reused from the previous "
+            f"call's prompt (median per call {reuse[1]:.0%}, {len(w.prefix)} calls)"
+            + (f"; without the plugin {bare[0]:.0%}" if bare is not None else "")
+        )
+    if not report.plugin_loaded:
+        lines.append("  summary            (the memory-summary plugin is not loaded)")
+    elif report.summary:
+        lines.append(
+            f"  summary            {_n(report.summary_tokens)} tokens, "
+            f"{_n(len(report.summary))} characters, covers {report.summary_messages} "
+            f"messages ({report.summary_compressions} compressions)"
+        )
+    else:
+        lines.append("  summary            none (nothing was compressed)")
+    if report.facts_kept or report.facts_lost:
+        total = len(report.facts_kept) + len(report.facts_lost)
+        lost = ", ".join(report.facts_lost.values())
+        kept = len(report.facts_kept)
+        lines.append(
+            f"  early facts        {kept} of {total} still in the summary"
+            + (f"; lost: {lost}" if lost else "")
+        )
+    if report.summary_cost:
+        lines.append(f"  summarizer cost    ${report.summary_cost:.4f}")
+    calibrated = calibration_line(report.calibration, report.summary_model)
+    if calibrated:
+        lines.append(f"  token counts       {calibrated}")
+    markers = f", {report.markers} compression markers" if report.markers else ""
+    lines.append(
+        f"  store              {report.active} messages active, {report.archived} archived"
+        f"{markers}" + (f" ({report.store})" if report.store else "")
+    )
+    lines.append(f"  time               {report.seconds:.1f} s")
+    if report.summary:
+        lines.append("")
+        lines.append("final summary:")
+        lines += [f"  {line}" if line else "" for line in report.summary.splitlines()]
+    return "\n".join(lines)

@@ -321,7 +321,7 @@ async def tau_long_chat(
     async def after_turn(result: Any) -> None:
         nonlocal violations, over
         violations += sum(tool_pair_violations(p) for p in result.sent)
-        over += sum(1 for u in result.usage if u.used > BUDGET)
+        over += sum(1 for u in sent_usage(result.usage) if u.used > BUDGET)
 
     try:
         run = await replay_through_host(
@@ -336,6 +336,12 @@ async def tau_long_chat(
     finally:
         await rig.close()
     return len(seen), len(kept), violations, over, compressions, run
+
+
+def sent_usage(usage: list[Any]) -> list[Any]:
+    """The usage of each prompt a turn sent: a measure that a blocking compression replaced
+    (the next one is ``rebuilt``) was never sent."""
+    return [u for i, u in enumerate(usage) if not (i + 1 < len(usage) and usage[i + 1].rebuilt)]
 
 
 def tau_row(label: str, score: TauScore, trajectories: int) -> list[Any]:

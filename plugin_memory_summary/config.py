@@ -69,19 +69,23 @@ class MemorySummaryConfig(BaseModel):
         description="If set, the kept window also holds at most this many tokens.",
     )
     summary_token_ratio: float = Field(
-        default=0.5,
+        default=0.9,
         gt=0,
         le=1,
-        description="Summary budget as a share of the chat model's context window (at least 512 tokens); small windows give memory half the room.",
+        description=(
+            "Summary budget as a share of the chat model's context window less its fixed parts "
+            "(at least 512 tokens), and at most 90% of what the fill target leaves them: a dense "
+            "summary keeps more facts per token than old verbatim turns."
+        ),
     )
     summary_max_tokens: int = Field(
-        default=4000,
+        default=8000,
         ge=0,
         le=1_000_000,
         description="Cap on the summary budget; 0 = no cap.",
     )
     auto_compress_threshold: float = Field(
-        default=0.8,
+        default=0.85,
         ge=0,
         le=1,
         description="Soft watermark: context usage ratio that starts a background compression; 0 = off.",
@@ -105,7 +109,7 @@ class MemorySummaryConfig(BaseModel):
         description="Turns (user messages) between two turn-triggered compressions.",
     )
     min_gain: float = Field(
-        default=0.15,
+        default=0.1,
         ge=0,
         le=1,
         description="A watermark compression must be able to free this share of the context window; it cuts down to the fill target (the mark less this share).",

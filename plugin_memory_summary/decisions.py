@@ -87,7 +87,7 @@ def fixed_tokens(breakdown: Mapping[str, int]) -> int:
 
 #: The summary takes at most this share of what the fill target leaves after the fixed parts,
 #: so the verbatim tail keeps the rest even when a reply reserve takes much of a small window.
-SUMMARY_SHARE_OF_ROOM = 0.75
+SUMMARY_SHARE_OF_ROOM = 0.9
 
 
 def tail_room_cap(context_window: int, fill_target: float, fixed: int) -> int:

@@ -125,7 +125,9 @@ def test_defaults_fill_the_window_of_any_size(window: int, reserve: int) -> None
         ),
         tail_room_cap(window, config.fill_target, 100 + reserve),
     )
-    assert 512 <= budget <= 0.5 * window
+    # A dense summary keeps more facts per token than old verbatim turns: most of the room the
+    # fill target leaves, never all of it, and a bounded amount of a large window.
+    assert 512 <= budget <= 0.9 * (config.fill_target * window) and budget <= 8000
     messages = [
         Message(seq=i + 1, role="user" if i % 2 == 0 else "assistant", content="x", tokens=50)
         for i in range(int(config.auto_compress_threshold * window) // 50)
@@ -153,5 +155,5 @@ def test_defaults_fill_the_window_of_any_size(window: int, reserve: int) -> None
     # Cut down to the fill target, not to a fixed message count: the kept tail is what fits.
     assert after <= config.fill_target * window + 50
     assert after >= config.fill_target * window - 100
-    # The summary never takes the whole room the fill target leaves: the tail keeps a quarter.
-    assert kept >= 0.2 * (config.fill_target * window - 100 - reserve)
+    # The summary never takes the whole room the fill target leaves: the tail keeps a tenth.
+    assert kept >= 0.1 * (config.fill_target * window - 100 - reserve) - 50

@@ -132,13 +132,16 @@ def score_locomo(
 
 
 async def plugin_final_context(
-    conversation: Conversation, config: dict[str, Any], counter: TokenCounter
+    conversation: Conversation,
+    config: dict[str, Any],
+    counter: TokenCounter,
+    window: int = BUDGET,
 ) -> tuple[str, str, set[int], dict[str, Any], SystemRun]:
-    """Replay with the rules engine; the dry-run prompt after the last turn: its whole text, its
-    text without the summary, and which conversation messages it holds verbatim; and the
-    replay's model calls."""
+    """Replay with the rules engine at a ``window``-token context; the dry-run prompt after the
+    last turn: its whole text, its text without the summary, and which conversation messages it
+    holds verbatim; and the replay's model calls."""
     llm = bench_llm(counter=counter, default_model=None)  # no summarizer model: the rules engine
-    rig = await make_rig(llm, config)
+    rig = await make_rig(llm, config, context_window=window)
     try:
         run = await replay_through_host(rig, conversation, conversation.name, drain=True)
         _, prompt, usage, _ = await rig.host.build_prompt(conversation.name, dry_run=True)
@@ -163,14 +166,16 @@ async def plugin_final_context(
     return prompt_text(prompt), prompt_text(summary_free), kept, info, run
 
 
-def window_final_context(conversation: Conversation, counter: TokenCounter) -> tuple[str, set[int]]:
+def window_final_context(
+    conversation: Conversation, counter: TokenCounter, budget: int = BUDGET
+) -> tuple[str, set[int]]:
     wire = [m.to_openai() for m in conversation.messages]
     history_idx = [i for i, m in enumerate(wire) if m["role"] != "system"]
     history = [wire[i] for i in history_idx]
     fixed = counter.text(SYSTEM_PROMPT) + sum(
         counter.stored(m) for m in wire if m["role"] == "system"
     )
-    start = sliding_window(history, BUDGET, fixed, [counter.stored(m) for m in history])
+    start = sliding_window(history, budget, fixed, [counter.stored(m) for m in history])
     kept = set(history_idx[start:])
     system = [m for m in wire if m["role"] == "system"]
     return prompt_text(
@@ -455,6 +460,42 @@ async def main() -> None:
         "-",
     )
 
+    # The same margin at a larger window: the defaults against a sliding window of that budget.
+    sizes = Table(
+        "LoCoMo by context window (all categories 1-4): the shipped defaults against a sliding "
+        "window of the same budget",
+        [
+            "context window",
+            "plugin: evidence words",
+            "window: evidence words",
+            "margin (points)",
+            "plugin: answer tokens",
+            "window: answer tokens",
+        ],
+    )
+    for size in (BUDGET, 2 * BUDGET):
+        ours: list[QAScore] = []
+        theirs: list[QAScore] = []
+        for conv in conversations:
+            progress(f"locomo {conv.name}: defaults at {size}")
+            if size == BUDGET:
+                ours = by_setting[DEFAULT]
+                theirs = window_scores
+                break
+            context, _, kept, _, _ = await plugin_final_context(conv, {}, counter, size)
+            ours += score_locomo(conv, context, kept)
+            w_context, w_kept = window_final_context(conv, counter, size)
+            theirs += score_locomo(conv, w_context, w_kept)
+        ev, wev = mean([x.evidence_recall for x in ours]), mean([x.evidence_recall for x in theirs])
+        sizes.add(
+            size,
+            round(ev, 3),
+            round(wev, 3),
+            round(100 * (ev - wev), 1),
+            round(mean([x.answer_recall for x in ours]), 3),
+            round(mean([x.answer_recall for x in theirs]), 3),
+        )
+
     # tau-bench: the default and the recommended setting, the window with and without groups.
     tau_table = Table(
         f"tau-bench airline ({len(trajectories)} trajectories): identifiers seen before each "
@@ -520,6 +561,20 @@ async def main() -> None:
             over,
             done,
         )
+
+    # Tier 1's share: the same chat with old tool output left whole in the prompt.
+    progress("tau-bench long chat: no tier-1 pruning")
+    unpruned = {**settings[DEFAULT], "prune_keep_tool_groups": None, "tool_result_max_share": 0}
+    seen, kept_ids, bad, over, done, _ = await tau_long_chat(chain, unpruned, counter)
+    long_table.add(
+        "plugin: default without tier-1 pruning",
+        seen,
+        kept_ids,
+        round(kept_ids / seen, 3) if seen else "-",
+        bad,
+        over,
+        done,
+    )
 
     none, window, _ = baseline_runs(tau_chain(chain), counter)
     calls["tau-long", "sliding window"].append(window)
@@ -611,7 +666,7 @@ async def main() -> None:
     write_results(
         "retention",
         "Fact retention, rules summarizer, 4,000-token budget",
-        [locomo_table, sweep, tau_table, long_table, reuse_table, change_table, block_table],
+        [locomo_table, sweep, sizes, tau_table, long_table, reuse_table, change_table, block_table],
         out=out,
         versions_used=v,
         settings={"budget": BUDGET, "engine": "rules", "quick": args.quick},

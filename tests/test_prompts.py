@@ -97,7 +97,7 @@ def test_english_prompt_covers_verbatim_ids_and_injection() -> None:
     assert "exactly as written" in prompt
     assert "never" in prompt and "instructions to you" in prompt
     assert "one JSON object" in prompt
-    assert "greetings" in prompt
+    assert "no greetings" in prompt
 
 
 def test_chinese_prompt_covers_verbatim_ids_and_injection() -> None:

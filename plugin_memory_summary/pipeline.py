@@ -28,7 +28,7 @@ from .decisions import (
     counters_after_run,
     plan_compression,
 )
-from .pruning import prune_replacements, pruned_costs, result_limit
+from .pruning import configured_replacements, pruned_costs
 from .record import SummaryRecord, build_record, dump_record, read_record
 from .redact import Redactor
 from .scheduler import LOST_RACE, Result, SummarizerSlot, result
@@ -122,21 +122,10 @@ class Pipeline:
         )
 
     def prune(self, messages: list[Message], window: int) -> dict[int, str]:
-        """Tier 1: what the prompt shows instead of old or oversized tool results (see
-        ``pruning``); the same answer for the host's prompt and for the plan."""
-        cfg = self.config
-        share = cfg.tool_result_max_share
-        if cfg.strategy == "off" or (cfg.prune_keep_tool_groups is None and not share):
-            return {}
-        return prune_replacements(
-            messages,
-            keep_tool_groups=(
-                len(messages) if cfg.prune_keep_tool_groups is None else cfg.prune_keep_tool_groups
-            ),
-            max_result_tokens=result_limit(window, share) if share else None,
-            count_tokens=self.tokens.count,
-            recall=self.tokens.recall,
-            memo=self._prune_memo,
+        """Tier 1 (``pruning.configured_replacements``): the same answer for the host's prompt
+        and for the plan."""
+        return configured_replacements(
+            self.config, messages, window, self.tokens.count, self.tokens.recall, self._prune_memo
         )
 
     def plan(

@@ -16,10 +16,11 @@ from collections.abc import Callable, Sequence
 
 from host_stub.messages import Message, text_of, tool_groups
 
+from .config import MemorySummaryConfig
 from .decisions import conversation_messages
 from .text import collapse_whitespace, cut_text
 
-__all__ = ["pruned_costs", "prune_replacements", "result_limit"]
+__all__ = ["configured_replacements", "prune_replacements", "pruned_costs", "result_limit"]
 
 #: Characters of a call's arguments shown in a placeholder.
 _ARGS_CHARS = 80
@@ -127,3 +128,27 @@ def pruned_costs(
         else m
         for m in messages
     ]
+
+
+def configured_replacements(
+    config: MemorySummaryConfig,
+    messages: Sequence[Message],
+    window: int,
+    count_tokens: Callable[[str], int],
+    recall: bool,
+    memo: dict[tuple[object, ...], tuple[str, int]] | None = None,
+) -> dict[int, str]:
+    """:func:`prune_replacements` as ``config`` sets it (``prune_keep_tool_groups`` unset: old
+    groups stay whole; ``tool_result_max_share`` 0: no cut; strategy ``off``: nothing)."""
+    share = config.tool_result_max_share
+    if config.strategy == "off" or (config.prune_keep_tool_groups is None and not share):
+        return {}
+    keep = config.prune_keep_tool_groups
+    return prune_replacements(
+        messages,
+        keep_tool_groups=len(messages) if keep is None else keep,
+        max_result_tokens=result_limit(window, share) if share else None,
+        count_tokens=count_tokens,
+        recall=recall,
+        memo=memo,
+    )

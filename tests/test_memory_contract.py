@@ -932,6 +932,51 @@ async def test_search_ranks_any_word_matches_of_this_session_only(memory: Memory
     assert await memory.search("a", "") == []
 
 
+async def test_search_in_a_session_larger_than_its_budget_reads_what_the_plan_says(
+    memory: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search reads at most ``MAX_POSTINGS`` postings and scores at most ``RESCORE``
+    candidates in full (``_search.plan_search``, ``choose``): the same hits on every store."""
+    from host_stub.memory import _search
+
+    monkeypatch.setattr(_search, "MAX_POSTINGS", 6)
+    monkeypatch.setattr(_search, "RESCORE", 4)
+    # 30 messages, each holding "lantern"; "harbor" and "violet" in 5 and 19, "violet" in 12.
+    # Each also lends its words to the next (so "harbor" is found in 4 messages, "violet" in 6).
+    # Roles alternate: odd seqs are the user's.
+    texts = []
+    for seq in range(1, 31):
+        words = ["lantern", f"filler{seq}"]
+        if seq in (5, 19):
+            words += ["harbor", "violet"]
+        if seq == 12:
+            words.append("violet")
+        texts.append(" ".join(words))
+    await memory.append("s", [(user if i % 2 == 0 else assistant)(t) for i, t in enumerate(texts)])
+    # Another session holding the same words, found by none of the searches on "s".
+    await memory.append("t", [user("lantern harbor violet"), user("lantern harbor violet")])
+    # "harbor" is read whole (5, 6, 19, 20), then the newest 2 of "violet" (20, 19): no room
+    # for "lantern". "violet" and "lantern" are probed among those candidates: all four hold
+    # both. Best: the two holding the words themselves, then those they lent them to.
+    assert await _search_seqs(memory, "s", "lantern harbor violet") == [19, 5, 20, 6]
+    # Only RESCORE candidates are scored in full: on equal estimates the newer.
+    monkeypatch.setattr(_search, "RESCORE", 2)
+    assert await _search_seqs(memory, "s", "lantern harbor violet") == [19, 20]
+    monkeypatch.setattr(_search, "RESCORE", 4)
+    # A common word alone: its newest 6 postings are read, and of those (equal estimates) the
+    # newest 4 scored: older messages holding it are not found.
+    assert await _search_seqs(memory, "s", "lantern") == [30, 29, 28, 27]
+    # A role: the postings read are that role's (the newest user messages with "violet": 19
+    # and 13).
+    assert await _search_seqs(memory, "s", "lantern harbor violet", role="user") == [19, 5, 13]
+    assert await _search_seqs(memory, "s", "lantern harbor violet", role="assistant") == [20, 6, 12]
+    # Never another session's messages.
+    for query in ("lantern harbor violet", "lantern", "harbor"):
+        hits = await memory.search("s", query)
+        assert hits and all("filler" in str(h.message.content) for h in hits)
+        assert sorted(await _search_seqs(memory, "t", query)) == [1, 2]
+
+
 async def test_search_marks_active_and_archived_and_knows_the_date(memory: MemoryService) -> None:
     await memory.append("s", [user("the passport is in the blue folder"), assistant("noted")])
     await memory.append("s", [user("and the visa is in the blue folder too")])
@@ -1208,7 +1253,7 @@ async def test_sqlite_schema_1_file_gets_its_search_index(tmp_path: Path) -> Non
     finally:
         await store.close()
     with contextlib.closing(sqlite3.connect(path)) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
 
 
 async def test_sqlite_refuses_newer_schema(tmp_path: Path) -> None:
@@ -1497,7 +1542,14 @@ async def test_postgres_schema_migration_is_idempotent_when_stores_start_togethe
     try:
         rows = await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = $1", schema)
         tables = {r["tablename"] for r in rows}
-        assert tables == {"memory_schema_version", "sessions", "messages", "metadata", "leases"}
+        assert tables == {
+            "memory_schema_version",
+            "sessions",
+            "messages",
+            "metadata",
+            "leases",
+            "search_terms",
+        }
         rows = await conn.fetch(f'SELECT version FROM "{schema}".memory_schema_version')
         assert [r["version"] for r in rows] == [PG_SCHEMA_VERSION]
         body = await conn.fetchval(f'SELECT body FROM "{schema}".messages LIMIT 1')

@@ -8,9 +8,10 @@ they pass in or get back without touching the store.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,9 +42,11 @@ from ._search import (
     CONTEXT_SPAN,
     Indexed,
     batch_terms,
-    bm25,
+    choose,
     own_terms,
+    plan_search,
     query_terms,
+    score,
     top,
     weighted_counts,
 )
@@ -58,7 +61,7 @@ class _Session:
     updated_at: float = field(default_factory=time.time)
     #: seq -> stored message (``archived`` set once archived), in seq order.
     messages: dict[int, Message] = field(default_factory=dict)
-    #: The search index: term -> {seq: term frequency};
+    #: The search index: term -> {seq: term frequency}, oldest seq first;
     #: seq -> (its term counts, their sum, stored at).
     postings: dict[str, dict[int, float]] = field(default_factory=dict)
     docs: dict[int, tuple[dict[str, float], float, float]] = field(default_factory=dict)
@@ -229,24 +232,38 @@ class InMemoryMemory:
             session = self._sessions.get(session_id)
             if session is None or not terms or not limit or not session.docs:
                 return []
-            n = len(session.docs)
             docs = session.docs
-            scores = bm25(
-                terms,
-                session.postings,
-                lambda s: docs[s][1],
-                n,
-                session.total_terms / n,
+            postings = session.postings
+            plan = plan_search(
+                terms, [len(postings.get(t, ())) for t in terms], len(docs), session.total_terms
             )
-            if role is not None:
-                scores = {s: v for s, v in scores.items() if session.messages[s].role == role}
+            holders: dict[int, set[int]] = {}
+            for i, read in enumerate(plan.reads):
+                if read == 0:
+                    continue
+                posting = postings.get(terms[i], {})
+                seqs: Iterable[int] = reversed(posting) if read else posting
+                if role is not None:
+                    seqs = (s for s in seqs if session.messages[s].role == role)
+                holders[i] = set(itertools.islice(seqs, read))
+            candidates = set().union(*holders.values())
+            for i in plan.probes:
+                posting = postings.get(terms[i], {})
+                holders.setdefault(i, set()).update(s for s in candidates if s in posting)
+            scores = score(
+                plan,
+                (
+                    (seq, [docs[seq][0].get(t, 0.0) for t in terms], docs[seq][1])
+                    for seq in choose(plan, holders)
+                ),
+            )
             return [
                 SearchHit(
                     message=session.messages[seq].model_copy(deep=True),
-                    score=score,
-                    stored_at=to_datetime(session.docs[seq][2]),
+                    score=value,
+                    stored_at=to_datetime(docs[seq][2]),
                 )
-                for seq, score in top(scores, limit)
+                for seq, value in top(scores, limit)
             ]
 
     async def get_range(self, session_id: str, from_seq: int, to_seq: int) -> list[Message]:

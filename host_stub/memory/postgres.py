@@ -66,12 +66,26 @@ from ._common import (
     to_datetime,
     tokens_of,
 )
-from ._search import CONTEXT_SPAN, CONTEXT_WEIGHT, own_terms, query_terms, with_context
+from ._search import (
+    CONTEXT_SPAN,
+    CONTEXT_WEIGHT,
+    Indexed,
+    Plan,
+    choose,
+    distinct_terms,
+    doc_length,
+    own_terms,
+    plan_search,
+    query_terms,
+    score,
+    top,
+    with_context,
+)
 
 __all__ = ["SCHEMA_VERSION", "PostgresMemory", "redact_url"]
 
 #: Stored in ``memory_schema_version``; bump it and add a step to ``_MIGRATIONS`` on changes.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: Migration steps, from version ``n`` to ``n + 1``. ``{p}`` is the schema prefix.
 _MIGRATIONS: dict[int, list[str]] = {
@@ -120,41 +134,45 @@ _MIGRATIONS: dict[int, list[str]] = {
     # 2 -> 3: fencing tokens. A lease row stays after its release (token emptied) so the fence
     # of its next holder keeps growing.
     2: ["ALTER TABLE {p}leases ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0"],
+    # 3 -> 4: a search reads only the postings it needs (see _search.plan_search). Each session
+    # gets a key its messages' lexemes start with ("<key>_<term>"), so the GIN index holds one
+    # posting list per session and term; and what BM25 ranks with: the number and total length
+    # of a session's indexed messages, each message's length, each term's document frequency.
+    # ``_convert_search`` rewrites the stored tsvectors and fills the counts.
+    3: [
+        "ALTER TABLE {p}sessions ADD COLUMN IF NOT EXISTS search_key bigserial",
+        "ALTER TABLE {p}sessions ADD COLUMN IF NOT EXISTS search_docs bigint NOT NULL DEFAULT 0",
+        "ALTER TABLE {p}sessions ADD COLUMN IF NOT EXISTS search_length double precision"
+        " NOT NULL DEFAULT 0",
+        "ALTER TABLE {p}messages ADD COLUMN IF NOT EXISTS search_length double precision NULL",
+        """CREATE TABLE IF NOT EXISTS {p}search_terms (
+            search_key bigint NOT NULL,
+            term       text NOT NULL,
+            df         bigint NOT NULL,
+            PRIMARY KEY (search_key, term)
+        )""",
+    ],
 }
 
-#: A message's tsvector: its own terms (weight class A), the terms the message before it lends
-#: (class B, ranked at ``CONTEXT_WEIGHT``).
-_TSVECTOR = (
+#: Schema 2-3's tsvector of a message (its own terms in weight class A, the lent ones in B, no
+#: session key): what the migration to schema 2 fills in, and the migration to 4 converts.
+_LEGACY_TSVECTOR = (
     "setweight(to_tsvector('simple', {own}), 'A') || setweight(to_tsvector('simple', {lent}), 'B')"
 )
+#: A lexeme in a tsvector's text form: ``'<lexeme>':<positions>``.
+_LEXEME = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-D,]+))?")
+#: What a tsvector keeps at most: positions per lexeme, and the largest position.
+_MAX_POSITIONS = 256
+_MAX_POSITION = 16383
 
-#: ``ts_rank`` weights of the classes D, C, B, A.
-_RANK_WEIGHTS = f"{{0.1, 0.2, {CONTEXT_WEIGHT}, 1.0}}"
-
-#: Search: the candidates (any query term, as ``websearch_to_tsquery`` reads "a or b"), each
-#: term's weight from its document frequency among them (BM25's idf, with the session's message
-#: count as N), a candidate's score the sum over the terms it holds of weight x ``ts_rank``.
-_SEARCH = """
-WITH t AS MATERIALIZED (
-    SELECT i, websearch_to_tsquery('simple', term) AS q
-    FROM unnest($3::text[]) WITH ORDINALITY AS u(term, i)
-), c AS MATERIALIZED (
-    SELECT seq, search FROM {p}messages
-    WHERE session_id = $1 AND search @@ websearch_to_tsquery('simple', $2) {role}
-), hit AS MATERIALIZED (
-    SELECT c.seq, t.i, ts_rank('{weights}', c.search, t.q, 1) AS r
-    FROM c CROSS JOIN t WHERE c.search @@ t.q
-), w AS MATERIALIZED (
-    SELECT i, ln(1 + (n.n - count(*) + 0.5) / (count(*) + 0.5)) AS idf
-    FROM hit, (SELECT last_seq AS n FROM {p}sessions WHERE session_id = $1) AS n
-    GROUP BY i, n.n
-), ranked AS (
-    SELECT hit.seq, sum(w.idf * hit.r) AS score FROM hit JOIN w USING (i)
-    GROUP BY hit.seq ORDER BY score DESC, hit.seq DESC LIMIT $4
-)
-SELECT m.seq, m.epoch, m.role, m.kind, m.body, m.tokens, m.archived, m.created_at, r.score
-FROM ranked r JOIN {p}messages m ON m.session_id = $1 AND m.seq = r.seq
-ORDER BY r.score DESC, r.seq DESC
+#: A search's first statement: the session's key, its number and total length of indexed
+#: messages, and the document frequency of each query term.
+_SEARCH_STATS = """
+SELECT s.search_key, s.search_docs, s.search_length,
+    ARRAY(SELECT coalesce(t.df, 0) FROM unnest($2::text[]) WITH ORDINALITY AS q(term, i)
+          LEFT JOIN {p}search_terms t ON t.search_key = s.search_key AND t.term = q.term
+          ORDER BY q.i) AS dfs
+FROM {p}sessions s WHERE s.session_id = $1
 """
 
 #: Transaction time (one value for every write of a transaction) and wall time, as unix seconds,
@@ -347,6 +365,8 @@ class PostgresMemory:
                     await conn.execute(self._sql(statement))
                 if version == 1:
                     await self._backfill_search(conn)
+                if version == 3:
+                    await self._convert_search(conn)
                 version += 1
             await conn.execute(
                 self._sql(
@@ -431,12 +451,13 @@ class PostgresMemory:
                     " ON CONFLICT (session_id) DO UPDATE"
                     " SET last_seq = s.last_seq + excluded.last_seq,"
                     " updated_at = excluded.updated_at"
-                    " RETURNING epoch, last_seq"
+                    " RETURNING epoch, last_seq, search_key"
                 ),
                 session_id,
                 n,
             )
             epoch, first = int(row["epoch"]), int(row["last_seq"]) - n + 1
+            key = int(row["search_key"])
             previous = None
             if first > 1 and any(own is not None for own in owns):
                 prev = await conn.fetch(
@@ -451,16 +472,15 @@ class PostgresMemory:
                 )
                 previous = own_terms(_rows_to_messages(prev)[0]) if prev else None
             indexed = with_context(owns, previous)
-            own_texts = [None if t is None else " ".join(t[0]) for t in indexed]
-            lent_texts = [None if t is None else " ".join(t[1]) for t in indexed]
             await conn.execute(
                 self._sql(
                     "INSERT INTO {p}messages (session_id, seq, epoch, role, kind, body, tokens,"
-                    " archived, archived_at, created_at, search)"
+                    " archived, archived_at, created_at, search, search_length)"
                     f" SELECT $1, t.seq, $2, t.role, t.kind, t.body, t.tokens, NULL, NULL, {_NOW},"
-                    f" {_TSVECTOR.format(own='t.own', lent='t.lent')}"
+                    " t.search::tsvector, t.length"
                     " FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[],"
-                    " $8::text[], $9::text[]) AS t(seq, role, kind, body, tokens, own, lent)"
+                    " $8::text[], $9::float8[])"
+                    " AS t(seq, role, kind, body, tokens, search, length)"
                 ),
                 session_id,
                 epoch,
@@ -469,9 +489,10 @@ class PostgresMemory:
                 [m.kind for m, _, _ in counted],
                 [body for _, _, body in counted],
                 [tokens for _, tokens, _ in counted],
-                own_texts,
-                lent_texts,
+                [None if t is None else _tsvector(key, t) for t in indexed],
+                [None if t is None else doc_length(t) for t in indexed],
             )
+            await self._count_terms(conn, session_id, key, [t for t in indexed if t is not None], 1)
         return [
             message_from_row(
                 role=m.role,
@@ -511,19 +532,65 @@ class PostgresMemory:
         terms = query_terms(query)
         if not terms or not limit:
             return []
-        args: list[Any] = [session_id, " or ".join(terms), terms, limit]
-        role_sql = ""
-        if role is not None:
-            role_sql = "AND role = $5"
-            args.append(role)
         async with self._conn() as conn:
-            sql = _SEARCH.replace("{role}", role_sql).replace("{weights}", _RANK_WEIGHTS)
-            rows = await conn.fetch(self._sql(sql), *args)
-        return [
-            SearchHit(
-                message=message, score=float(r["score"]), stored_at=to_datetime(r["created_at"])
+            stats = await conn.fetchrow(self._sql(_SEARCH_STATS), session_id, terms)
+            if stats is None or not stats["search_docs"]:
+                return []
+            key = int(stats["search_key"])
+            plan = plan_search(
+                terms,
+                [int(df) for df in stats["dfs"]],
+                int(stats["search_docs"]),
+                float(stats["search_length"]),
             )
-            for message, r in zip(_rows_to_messages(rows), rows, strict=True)
+            sql, args = _reads_sql(plan, key, role)
+            if not sql:
+                return []
+            holders: dict[int, set[int]] = {}
+            for r in await conn.fetch(self._sql(sql), session_id, *args):
+                holders.setdefault(int(r["i"]), set()).update(r["seqs"])
+            found = set().union(
+                *(holders.get(i, set()) for i, read in enumerate(plan.reads) if read != 0)
+            )
+            if not found:
+                return []
+            chosen = choose(plan, {i: seqs & found for i, seqs in holders.items()})
+            entries = await conn.fetch(
+                self._sql(
+                    "SELECT seq, search::text AS v, search_length FROM {p}messages"
+                    " WHERE session_id = $1 AND seq = ANY($2::bigint[]) AND search IS NOT NULL"
+                ),
+                session_id,
+                chosen,
+            )
+            lexemes = [_quote_lexeme(_lexeme(key, t)) + ":" for t in terms]
+            best = top(
+                score(
+                    plan,
+                    (
+                        (int(e["seq"]), _frequencies(e["v"], lexemes), float(e["search_length"]))
+                        for e in entries
+                    ),
+                ),
+                limit,
+            )
+            if not best:
+                return []
+            rows = await conn.fetch(
+                self._sql(
+                    f"SELECT {_MESSAGE_COLUMNS}, created_at FROM {{p}}messages"
+                    " WHERE session_id = $1 AND seq = ANY($2::bigint[])"
+                ),
+                session_id,
+                [seq for seq, _ in best],
+            )
+        by_seq = {int(r["seq"]): r for r in rows}
+        hits = [(by_seq[seq], value) for seq, value in best if seq in by_seq]
+        return [
+            SearchHit(message=message, score=value, stored_at=to_datetime(r["created_at"]))
+            for message, (r, value) in zip(
+                _rows_to_messages([r for r, _ in hits]), hits, strict=True
+            )
         ]
 
     async def get_range(self, session_id: str, from_seq: int, to_seq: int) -> list[Message]:
@@ -741,8 +808,22 @@ class PostgresMemory:
                 )
                 await conn.execute(
                     self._sql(
-                        "UPDATE {p}messages SET search = NULL"
+                        "UPDATE {p}messages SET search = NULL, search_length = NULL"
                         " WHERE session_id = $1 AND search IS NOT NULL"
+                    ),
+                    session_id,
+                )
+                await conn.execute(
+                    self._sql(
+                        "DELETE FROM {p}search_terms WHERE search_key ="
+                        " (SELECT search_key FROM {p}sessions WHERE session_id = $1)"
+                    ),
+                    session_id,
+                )
+                await conn.execute(
+                    self._sql(
+                        "UPDATE {p}sessions SET search_docs = 0, search_length = 0"
+                        " WHERE session_id = $1"
                     ),
                     session_id,
                 )
@@ -767,10 +848,21 @@ class PostgresMemory:
         async with self._tx() as conn:
             if await self._locked_epoch(conn, session_id) is None:
                 return []
+            # The session's row is locked: the entries read here are the ones removed next.
+            gone = await conn.fetch(
+                self._sql(
+                    "SELECT search::text AS v, search_length FROM {p}messages"
+                    " WHERE session_id = $1 AND seq = ANY($2::bigint[])"
+                    " AND archived IS DISTINCT FROM 'deleted' AND search IS NOT NULL"
+                ),
+                session_id,
+                wanted,
+            )
             rows = await conn.fetch(
                 self._sql(
                     f"UPDATE {{p}}messages SET archived = 'deleted', archived_at = {_NOW},"
-                    " search = NULL WHERE session_id = $1 AND seq = ANY($2::bigint[])"
+                    " search = NULL, search_length = NULL"
+                    " WHERE session_id = $1 AND seq = ANY($2::bigint[])"
                     " AND archived IS DISTINCT FROM 'deleted' RETURNING seq"
                 ),
                 session_id,
@@ -779,6 +871,12 @@ class PostgresMemory:
             found = sorted(int(r["seq"]) for r in rows)
             if found:
                 await self._touch(conn, session_id)
+            if gone:
+                key = await conn.fetchval(
+                    self._sql("SELECT search_key FROM {p}sessions WHERE session_id = $1"),
+                    session_id,
+                )
+                await self._uncount(conn, session_id, int(key), gone)
         return found
 
     async def forget(self, session_id: str) -> None:
@@ -786,12 +884,17 @@ class PostgresMemory:
             await self._lock_session(conn, session_id)
             # The row first: this waits for an append holding it, so the messages deleted next
             # include that append's.
-            await conn.execute(
-                self._sql("DELETE FROM {p}sessions WHERE session_id = $1"), session_id
+            key = await conn.fetchval(
+                self._sql("DELETE FROM {p}sessions WHERE session_id = $1 RETURNING search_key"),
+                session_id,
             )
             await conn.execute(
                 self._sql("DELETE FROM {p}messages WHERE session_id = $1"), session_id
             )
+            if key is not None:
+                await conn.execute(
+                    self._sql("DELETE FROM {p}search_terms WHERE search_key = $1"), key
+                )
             await conn.execute(self._sql("DELETE FROM {p}metadata WHERE key = $1"), session_id)
 
     async def list_sessions(self) -> list[SessionInfo]:
@@ -862,11 +965,96 @@ class PostgresMemory:
                     updates.append((session_id, message.seq, " ".join(t[0]), " ".join(t[1])))
         await conn.executemany(
             self._sql(
-                f"UPDATE {{p}}messages SET search = {_TSVECTOR.format(own='$3', lent='$4')}"
+                f"UPDATE {{p}}messages SET search = {_LEGACY_TSVECTOR.format(own='$3', lent='$4')}"
                 " WHERE session_id = $1 AND seq = $2"
             ),
             updates,
         )
+
+    async def _convert_search(self, conn: Any) -> None:
+        """Migration 3 -> 4: each stored tsvector's lexemes under its session's key, each
+        message's length, each session's counts."""
+        rows = await conn.fetch(
+            self._sql(
+                "SELECT m.session_id, m.seq, m.search::text AS v, s.search_key"
+                " FROM {p}messages m JOIN {p}sessions s ON s.session_id = m.session_id"
+                " WHERE m.search IS NOT NULL ORDER BY m.session_id, m.seq"
+            )
+        )
+        updates = []
+        by_session: dict[str, tuple[int, list[Indexed]]] = {}
+        for r in rows:
+            key = int(r["search_key"])
+            indexed = _legacy_entry(r["v"])
+            updates.append(
+                (r["session_id"], r["seq"], _tsvector(key, indexed), doc_length(indexed))
+            )
+            by_session.setdefault(r["session_id"], (key, []))[1].append(indexed)
+        await conn.executemany(
+            self._sql(
+                "UPDATE {p}messages SET search = $3::tsvector, search_length = $4"
+                " WHERE session_id = $1 AND seq = $2"
+            ),
+            updates,
+        )
+        for session_id, (key, entries) in by_session.items():
+            await self._count_terms(conn, session_id, key, entries, 1)
+
+    async def _count_terms(
+        self, conn: Any, session_id: str, key: int, entries: Sequence[Indexed], sign: int
+    ) -> None:
+        """Add (``sign`` 1) or remove (-1) entries in the session's search counts (in the
+        transaction that writes them, the session's row locked)."""
+        if not entries:
+            return
+        dfs: dict[str, int] = {}
+        for indexed in entries:
+            for term in distinct_terms(indexed):
+                dfs[term] = dfs.get(term, 0) + 1
+        await conn.execute(
+            self._sql(
+                "UPDATE {p}sessions SET search_docs = search_docs + $2,"
+                " search_length = search_length + $3 WHERE session_id = $1"
+            ),
+            session_id,
+            sign * len(entries),
+            sign * sum(doc_length(t) for t in entries),
+        )
+        names = sorted(dfs)
+        if sign > 0:
+            await conn.execute(
+                self._sql(
+                    "INSERT INTO {p}search_terms AS t (search_key, term, df)"
+                    " SELECT $1, u.term, u.df FROM unnest($2::text[], $3::bigint[]) AS u(term, df)"
+                    " ON CONFLICT (search_key, term) DO UPDATE SET df = t.df + excluded.df"
+                ),
+                key,
+                names,
+                [dfs[t] for t in names],
+            )
+        else:
+            await conn.execute(
+                self._sql(
+                    "UPDATE {p}search_terms AS t SET df = t.df - u.df"
+                    " FROM unnest($2::text[], $3::bigint[]) AS u(term, df)"
+                    " WHERE t.search_key = $1 AND t.term = u.term"
+                ),
+                key,
+                names,
+                [dfs[t] for t in names],
+            )
+            await conn.execute(
+                self._sql(
+                    "DELETE FROM {p}search_terms WHERE search_key = $1"
+                    " AND term = ANY($2::text[]) AND df <= 0"
+                ),
+                key,
+                names,
+            )
+
+    async def _uncount(self, conn: Any, session_id: str, key: int, gone: Sequence[Any]) -> None:
+        """Remove entries (rows with the tsvector ``v`` and ``search_length``) from the counts."""
+        await self._count_terms(conn, session_id, key, [_entry_of(r["v"], key) for r in gone], -1)
 
     async def _epoch(self, conn: Any, session_id: str) -> int:
         epoch = await conn.fetchval(
@@ -1035,6 +1223,121 @@ def _rows_to_messages(rows: Sequence[Any]) -> list[Message]:
         )
         for r in rows
     ]
+
+
+# -- the search index's tsvectors ---------------------------------------------------------------
+
+
+def _lexeme(key: int, term: str) -> str:
+    """A term's lexeme in the tsvector of a message of the session with search key ``key``."""
+    return f"{key}_{term}"
+
+
+def _quote_lexeme(lexeme: str) -> str:
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _unquote(text: str) -> str:
+    """A lexeme as :func:`_quote_lexeme` (and PostgreSQL's output) quoted it, without the
+    quotes."""
+    return re.sub(r"''|\\(.)", lambda m: m.group(1) or "'", text)
+
+
+def _tsvector(key: int, indexed: Indexed) -> str:
+    """The text form of an entry's tsvector: each term under the session's key, at its positions
+    (own terms in weight class A, the lent ones in B; at most 256 positions a term, as
+    PostgreSQL keeps)."""
+    positions: dict[str, list[str]] = {}
+    own, lent = indexed
+    for pos, (term, weight) in enumerate([*((t, "A") for t in own), *((t, "B") for t in lent)], 1):
+        kept = positions.setdefault(term, [])
+        if len(kept) < _MAX_POSITIONS:
+            kept.append(f"{min(pos, _MAX_POSITION)}{weight}")
+    return " ".join(
+        f"{_quote_lexeme(_lexeme(key, term))}:{','.join(p)}" for term, p in positions.items()
+    )
+
+
+def _frequencies(vector: str, lexemes: Sequence[str]) -> list[float]:
+    """The weighted frequency (weight A 1, B ``CONTEXT_WEIGHT``) of each of ``lexemes`` (quoted,
+    with the colon: ``'<key>_<term>':``) in a tsvector's text form."""
+    out: list[float] = []
+    for lexeme in lexemes:
+        at = vector.find(lexeme)
+        if at < 0:
+            out.append(0.0)
+            continue
+        start = at + len(lexeme)
+        end = vector.find(" ", start)
+        positions = vector[start : end if end >= 0 else len(vector)]
+        own = positions.count("A")
+        out.append(own + CONTEXT_WEIGHT * (positions.count(",") + 1 - own))
+    return out
+
+
+def _entry_of(vector: str, key: int) -> Indexed:
+    """An entry's terms (own, lent, repeats kept) from its tsvector's text form."""
+    prefix = f"{key}_"
+    own: list[str] = []
+    lent: list[str] = []
+    for match in _LEXEME.finditer(vector):
+        lexeme = _unquote(match.group(1))
+        term = lexeme[len(prefix) :] if lexeme.startswith(prefix) else lexeme
+        for position in (match.group(2) or "1").split(","):
+            (own if position.endswith("A") else lent).append(term)
+    return own, lent
+
+
+def _legacy_entry(vector: str) -> Indexed:
+    """:func:`_entry_of` for a schema 2-3 tsvector (no session key; own terms weight A)."""
+    own: list[str] = []
+    lent: list[str] = []
+    for match in _LEXEME.finditer(vector):
+        term = _unquote(match.group(1))
+        for position in (match.group(2) or "1").split(","):
+            (own if position.endswith("A") else lent).append(term)
+    return own, lent
+
+
+def _reads_sql(plan: Plan, key: int, role: str | None) -> tuple[str, list[Any]]:
+    """The statement that reads a plan's postings and probes (``$1`` the session id, the
+    returned arguments after it): rows ``(i, seqs)``, the seqs known to hold query term i."""
+    args: list[Any] = []
+
+    def param(value: Any) -> str:
+        args.append(value)
+        return f"${len(args) + 1}"
+
+    quoted = [_quote_lexeme(_lexeme(key, t)) for t in plan.terms]
+    role_sql = f" AND role = {param(role)}" if role is not None else ""
+    where = "FROM {p}messages WHERE session_id = $1 AND search @@ "
+    parts: list[str] = []
+    head = ""
+    for i in plan.whole:
+        parts.append(f"SELECT {i} AS i, seq {where}{param(quoted[i])}::tsquery{role_sql}")
+    partial = plan.partial
+    if partial is not None:
+        i, k = partial
+        head = (
+            f"WITH p AS MATERIALIZED (SELECT seq {where}{param(quoted[i])}::tsquery{role_sql}"
+            f" ORDER BY seq DESC LIMIT {param(k)}) "
+        )
+        parts.append(f"SELECT {i} AS i, seq FROM p")
+    any_whole = " | ".join(quoted[i] for i in plan.whole)
+    for i in plan.probes:
+        if any_whole:
+            query = f"{quoted[i]} & ({any_whole})"
+            parts.append(f"SELECT {i} AS i, seq {where}{param(query)}::tsquery{role_sql}")
+        if partial is not None and i != partial[0]:
+            query = f"{quoted[i]} & {quoted[partial[0]]}"
+            parts.append(
+                f"SELECT {i} AS i, seq {where}{param(query)}::tsquery{role_sql}"
+                " AND seq >= (SELECT min(seq) FROM p)"
+            )
+    if not parts:
+        return "", []
+    sql = f"{head}SELECT i, array_agg(seq) AS seqs FROM ({' UNION ALL '.join(parts)}) r GROUP BY i"
+    return sql, args
 
 
 def _dump_value(value: dict[str, Any]) -> str:

@@ -82,6 +82,7 @@ from ..services import (
     Snapshot,
 )
 from ..session_ids import check_session_id
+from . import _search
 from ._common import (
     TokenCounter,
     body_of,
@@ -272,50 +273,146 @@ end
 return out
 """
 
-# KEYS: xd, xf, m, x; ARGV: index base, limit, role ('' = any), terms...
-# -> flat list seq, record, reason, score, stored at (ms), best first
+# KEYS: xd, xf, m, x; ARGV: index base, limit, role ('' = any), postings budget, rescore, probes
+# at most, terms... -> flat list seq, record, reason, score, stored at (ms), best first.
+# The plan, estimate and score of host_stub/memory/_search.py (plan_search, choose, score).
 _SEARCH = r"""
 local n = redis.call('HLEN', KEYS[1])
 if n == 0 then return {} end
 local avg = tonumber(redis.call('HGET', KEYS[2], '#len') or '0') / n
 if avg <= 0 then avg = 1 end
-local scores, lens = {}, {}
-for i = 4, #ARGV do
-  local df = tonumber(redis.call('HGET', KEYS[2], ARGV[i]) or '0')
-  if df > 0 then
-    local idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-    local post = redis.call('ZRANGE', ARGV[1] .. ARGV[i], 0, -1, 'WITHSCORES')
-    for j = 1, #post, 2 do
-      local seq, tf = post[j], tonumber(post[j + 1])
-      local len = lens[seq]
-      if not len then
-        len = tonumber(string.match(redis.call('HGET', KEYS[1], seq), '^(%S+)'))
-        lens[seq] = len
+local base, limit, role = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local budget, rescore, max_probes = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local terms, dfs, idfs, order = {}, {}, {}, {}
+for i = 7, #ARGV do
+  local t = #terms + 1
+  terms[t] = ARGV[i]
+  dfs[t] = tonumber(redis.call('HGET', KEYS[2], ARGV[i]) or '0')
+  if dfs[t] > 0 then
+    local w = math.log((n - dfs[t] + 0.5) / (dfs[t] + 0.5))
+    if w <= 0 then w = 1e-6 end
+    idfs[t] = w
+    order[#order + 1] = t
+  else
+    idfs[t] = 0
+  end
+end
+table.sort(order, function(a, b)
+  if dfs[a] ~= dfs[b] then return dfs[a] < dfs[b] end
+  return a < b
+end)
+-- reads[t]: -1 the whole list, k > 0 its k newest postings, 0 nothing
+local reads = {}
+for t = 1, #terms do reads[t] = 0 end
+if n <= budget then
+  for _, t in ipairs(order) do reads[t] = -1 end
+else
+  local left = budget
+  for _, t in ipairs(order) do
+    if dfs[t] <= left then
+      reads[t] = -1
+      left = left - dfs[t]
+    else
+      reads[t] = left
+      break
+    end
+  end
+end
+local roles = {}
+local function wanted(seq)
+  if role == '' then return true end
+  local r = roles[seq]
+  if r == nil then
+    local _, got = head(redis.call('HGET', KEYS[3], seq))
+    r = got == role
+    roles[seq] = r
+  end
+  return r
+end
+-- holders[t]: seq -> true for the candidates known to hold term t
+local holders, cands, ncands = {}, {}, 0
+local function hold(t, seq)
+  if not holders[t] then holders[t] = {} end
+  holders[t][seq] = true
+  if not cands[seq] then
+    cands[seq] = true
+    ncands = ncands + 1
+  end
+end
+for t = 1, #terms do
+  if reads[t] ~= 0 then
+    local seqs = redis.call('ZRANGE', base .. terms[t], 0, -1)
+    if reads[t] > 0 then
+      -- the sets are ordered by frequency: the newest postings are picked here
+      local nums = {}
+      for j, seq in ipairs(seqs) do nums[j] = tonumber(seq) end
+      table.sort(nums, function(a, b) return a > b end)
+      local taken = 0
+      for _, seq in ipairs(nums) do
+        if taken >= reads[t] then break end
+        if wanted(seq) then
+          hold(t, seq)
+          taken = taken + 1
+        end
       end
-      scores[seq] = (scores[seq] or 0)
-        + idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * len / avg))
+    else
+      for _, seq in ipairs(seqs) do
+        seq = tonumber(seq)
+        if wanted(seq) then hold(t, seq) end
+      end
+    end
+  end
+end
+if ncands == 0 then return {} end
+local probed = 0
+for _, t in ipairs(order) do
+  if reads[t] ~= -1 then
+    if probed >= max_probes then break end
+    probed = probed + 1
+    for seq in pairs(cands) do
+      if redis.call('ZSCORE', base .. terms[t], seq) then hold(t, seq) end
     end
   end
 end
 local items = {}
-for seq, score in pairs(scores) do items[#items + 1] = {tonumber(seq), score} end
+for seq in pairs(cands) do
+  local est = 0
+  for _, t in ipairs(order) do
+    if holders[t] and holders[t][seq] then est = est + idfs[t] end
+  end
+  items[#items + 1] = {seq, est}
+end
 table.sort(items, function(p, q)
   if p[2] ~= q[2] then return p[2] > q[2] end
   return p[1] > q[1]
 end)
-local out, limit, found = {}, tonumber(ARGV[2]), 0
-for _, item in ipairs(items) do
-  if found >= limit then break end
-  local raw = redis.call('HGET', KEYS[3], item[1])
-  local _, role = head(raw)
-  if ARGV[3] == '' or role == ARGV[3] then
-    found = found + 1
-    out[#out + 1] = item[1]
-    out[#out + 1] = raw
-    out[#out + 1] = redis.call('HGET', KEYS[4], item[1])
-    out[#out + 1] = string.format('%.17g', item[2])
-    out[#out + 1] = string.match(redis.call('HGET', KEYS[1], item[1]), '^%S+ (%d+)')
+local scored = {}
+for j = 1, math.min(rescore, #items) do
+  local seq = items[j][1]
+  local raw = redis.call('HGET', KEYS[1], seq)
+  local len = tonumber(string.match(raw, '^(%S+)'))
+  local norm = 1.2 * (1 - 0.75 + 0.75 * len / avg)
+  local total = 0
+  for t = 1, #terms do
+    if idfs[t] > 0 then
+      local tf = tonumber(redis.call('ZSCORE', base .. terms[t], seq) or '0')
+      if tf > 0 then total = total + idfs[t] * tf * (1.2 + 1) / (tf + norm) end
+    end
   end
+  if total > 0 then scored[#scored + 1] = {seq, total, string.match(raw, '^%S+ (%d+)')} end
+end
+table.sort(scored, function(p, q)
+  if p[2] ~= q[2] then return p[2] > q[2] end
+  return p[1] > q[1]
+end)
+local out = {}
+for j = 1, math.min(limit, #scored) do
+  local item = scored[j]
+  out[#out + 1] = item[1]
+  out[#out + 1] = redis.call('HGET', KEYS[3], item[1])
+  out[#out + 1] = redis.call('HGET', KEYS[4], item[1])
+  out[#out + 1] = string.format('%.17g', item[2])
+  out[#out + 1] = item[3]
 end
 return out
 """
@@ -776,7 +873,8 @@ class RedisMemory:
             return []
         _, m, _, _, x = self._session_keys(session_id)
         xd, xf, _, base = self._index_keys(session_id)
-        flat = await self._run("search", [xd, xf, m, x], [base, limit, role or "", *terms])
+        plan = [_search.MAX_POSTINGS, _search.RESCORE, _search.MAX_PROBES]
+        flat = await self._run("search", [xd, xf, m, x], [base, limit, role or "", *plan, *terms])
         return [
             SearchHit(
                 message=_message(flat[i], flat[i + 1], flat[i + 2]),

@@ -959,13 +959,14 @@ async def test_search_in_a_session_larger_than_its_budget_reads_what_the_plan_sa
     # for "lantern". "violet" and "lantern" are probed among those candidates: all four hold
     # both. Best: the two holding the words themselves, then those they lent them to.
     assert await _search_seqs(memory, "s", "lantern harbor violet") == [19, 5, 20, 6]
-    # Only RESCORE candidates are scored in full: on equal estimates the newer.
-    monkeypatch.setattr(_search, "RESCORE", 2)
-    assert await _search_seqs(memory, "s", "lantern harbor violet") == [19, 20]
+    # Only RESCORE candidates (or as many as results asked for) are scored in full: on equal
+    # estimates the newer.
+    monkeypatch.setattr(_search, "RESCORE", 1)
+    assert await _search_seqs(memory, "s", "lantern harbor violet", limit=2) == [19, 20]
     monkeypatch.setattr(_search, "RESCORE", 4)
-    # A common word alone: its newest 6 postings are read, and of those (equal estimates) the
-    # newest 4 scored: older messages holding it are not found.
-    assert await _search_seqs(memory, "s", "lantern") == [30, 29, 28, 27]
+    # A common word alone: its newest 6 postings are read, so older messages holding it are
+    # not found.
+    assert await _search_seqs(memory, "s", "lantern") == [30, 29, 28, 27, 26, 25]
     # A role: the postings read are that role's (the newest user messages with "violet": 19
     # and 13).
     assert await _search_seqs(memory, "s", "lantern harbor violet", role="user") == [19, 5, 13]

@@ -60,26 +60,36 @@ def test_the_module_limits_are_read_at_call_time(monkeypatch: pytest.MonkeyPatch
     assert plan.reads == [None, 6] and plan.probes == []
     monkeypatch.setattr(_search, "RESCORE", 1)
     assert choose(plan, {0: {1, 2}}) == [2]
+    assert choose(plan, {0: {1, 2}}, limit=2) == [1, 2]  # never fewer than asked for
 
 
 def _plan(dfs: list[int], n_docs: int = 1000) -> Plan:
     return plan_search([f"t{i}" for i in range(len(dfs))], dfs, n_docs, n_docs * 10.0)
 
 
+@pytest.fixture
+def rescore_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Candidates scored in full: exactly as many as results asked for."""
+    monkeypatch.setattr(_search, "RESCORE", 0)
+
+
+@pytest.mark.usefixtures("rescore_none")
 def test_choose_takes_all_candidates_when_there_are_few() -> None:
     plan = _plan([10, 20])
-    assert choose(plan, {0: {5, 9}, 1: {9, 12}}, count=3) == [5, 9, 12]
+    assert choose(plan, {0: {5, 9}, 1: {9, 12}}, limit=3) == [5, 9, 12]
 
 
+@pytest.mark.usefixtures("rescore_none")
 def test_choose_prefers_more_and_rarer_terms_and_then_the_newer() -> None:
     plan = _plan([10, 300, 300])
     holders = {0: {1, 2, 3}, 1: {2, 3, 4, 5, 6}, 2: {3, 7}}
     # 3 holds all three, 2 the rare one and one common one, 1 only the rare one; of those
     # holding one common term the newer come first.
-    assert choose(plan, holders, count=4) == [3, 2, 1, 7]
-    assert choose(plan, holders, count=5) == [3, 2, 1, 7, 6]
+    assert choose(plan, holders, limit=4) == [3, 2, 1, 7]
+    assert choose(plan, holders, limit=5) == [3, 2, 1, 7, 6]
 
 
+@pytest.mark.usefixtures("rescore_none")
 def test_choose_equals_a_plain_ranking_of_the_summed_idf() -> None:
     rng = random.Random(3)
     for _ in range(200):
@@ -94,7 +104,7 @@ def test_choose_equals_a_plain_ranking_of_the_summed_idf() -> None:
             for seq in seqs:
                 summed[seq] = summed.get(seq, 0.0) + plan.idfs[i]
         expected = sorted(summed, key=lambda s: (summed[s], s), reverse=True)[:count]
-        got = choose(plan, holders, count=count)
+        got = choose(plan, holders, limit=count)
         assert sorted(got) == sorted(expected) or (
             # equal estimates summed in another order may differ in the last bit
             sorted(round(summed[s], 9) for s in got)

@@ -73,15 +73,16 @@ CONTEXT_SPAN = 50
 #: Postings a search reads at most (its candidates), however large the session: see
 #: :func:`plan_search`.
 MAX_POSTINGS = 4000
-#: Candidates scored in full at most: see :func:`choose`.
-RESCORE = 100
+#: Candidates scored in full at most (more when a search asks for more results): see
+#: :func:`choose`.
+RESCORE = 50
 #: Query terms not read whole that are probed among the candidates at most.
 MAX_PROBES = 8
 #: BM25's parameters (FTS5's).
 K1 = 1.2
 B = 0.75
-#: A lent term counts this much against one of the message's own (BM25 term frequency, FTS5
-#: column weight, PostgreSQL ``ts_rank`` weight of class B).
+#: A lent term counts this much against one of the message's own (in BM25's term frequency and
+#: length).
 CONTEXT_WEIGHT = 0.5
 
 _STOP = frozenset(
@@ -412,13 +413,12 @@ def plan_search(
     )
 
 
-def choose(
-    plan: Plan, holders: Mapping[int, Collection[int]], count: int | None = None
-) -> list[int]:
+def choose(plan: Plan, holders: Mapping[int, Collection[int]], limit: int = 0) -> list[int]:
     """The candidates worth scoring in full: the ``count`` best by the summed idf of the query
     terms they are known to hold (``holders``: term -> the candidates holding it; the terms read
-    and the probed ones), ties to the newer; all of them when there are at most ``count``."""
-    count = RESCORE if count is None else count
+    and the probed ones), ties to the newer; all of them when there are at most ``count``.
+    ``count`` is :data:`RESCORE`, or the ``limit`` of results asked for if that is more."""
+    count = max(RESCORE, limit)
     idfs = plan.idfs
     sets = [(idfs[i], set(seqs)) for i, seqs in holders.items() if seqs]
     # Most candidates hold one known term: only those holding several are summed one by one

@@ -254,7 +254,7 @@ class InMemoryMemory:
                 plan,
                 (
                     (seq, [docs[seq][0].get(t, 0.0) for t in terms], docs[seq][1])
-                    for seq in choose(plan, holders)
+                    for seq in choose(plan, holders, limit)
                 ),
             )
             return [

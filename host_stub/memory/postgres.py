@@ -23,6 +23,17 @@ kept when many connections write at once:
   its ``fence`` grows by one on every acquisition, and a fenced write share-locks the row while it
   checks it, so no acquisition slips in before its commit.
 
+- Search: a ``tsvector`` column with a GIN index (no pending list: ``fastupdate`` off); its
+  lexemes are ``<session key>_<term>`` (the key from ``sessions.search_key``), so a lexeme's
+  posting list is one session's, and positions carry the weight class (A a message's own term,
+  B a lent one). ``search_terms`` (each term's document frequency per session key), the
+  session's ``search_docs``/``search_length`` and each message's ``search_length`` are written
+  in the transaction that indexes or unindexes, under the session's row lock. A search follows
+  ``_search.plan_search`` in four statements: the counts; the postings and probes (one
+  statement of ``@@`` reads); the chosen candidates' tsvectors (frequencies parsed from their
+  text form); the messages found. A tsvector keeps at most 256 positions of a lexeme, so a term
+  repeated more often in one message counts 256 times.
+
 URL: ``postgresql://user:password@host:port/database`` (``postgres://`` too); the query string is
 passed to asyncpg (``sslmode=...``, server settings), except ``schema=<name>``, which selects (and
 creates) a PostgreSQL schema for the tables. The pool is created, and the schema created or
@@ -151,6 +162,9 @@ _MIGRATIONS: dict[int, list[str]] = {
             df         bigint NOT NULL,
             PRIMARY KEY (search_key, term)
         )""",
+        # Every search reads several posting lists: none of them has to scan a pending list
+        # (new entries go straight into the index, at some cost to appends).
+        "ALTER INDEX {p}messages_search SET (fastupdate = off)",
     ],
 }
 
@@ -168,7 +182,7 @@ _MAX_POSITION = 16383
 #: A search's first statement: the session's key, its number and total length of indexed
 #: messages, and the document frequency of each query term.
 _SEARCH_STATS = """
-SELECT s.search_key, s.search_docs, s.search_length,
+SELECT s.search_key, s.search_docs, s.search_length, s.last_seq,
     ARRAY(SELECT coalesce(t.df, 0) FROM unnest($2::text[]) WITH ORDINALITY AS q(term, i)
           LEFT JOIN {p}search_terms t ON t.search_key = s.search_key AND t.term = q.term
           ORDER BY q.i) AS dfs
@@ -315,6 +329,7 @@ class PostgresMemory:
                 max_size=self._pool_max,
                 command_timeout=self._command_timeout,
                 timeout=self._connect_timeout,
+                server_settings=_server_settings(self._dsn),
             )
         except ValueError as exc:  # asyncpg's ClientConfigurationError is one
             raise ValueError(f"memory URL {self.url!r}: {_one_line(exc)}") from None
@@ -543,7 +558,7 @@ class PostgresMemory:
                 int(stats["search_docs"]),
                 float(stats["search_length"]),
             )
-            sql, args = _reads_sql(plan, key, role)
+            sql, args = _reads_sql(plan, key, role, int(stats["last_seq"]))
             if not sql:
                 return []
             holders: dict[int, set[int]] = {}
@@ -554,7 +569,7 @@ class PostgresMemory:
             )
             if not found:
                 return []
-            chosen = choose(plan, {i: seqs & found for i, seqs in holders.items()})
+            chosen = choose(plan, {i: seqs & found for i, seqs in holders.items()}, limit)
             entries = await conn.fetch(
                 self._sql(
                     "SELECT seq, search::text AS v, search_length FROM {p}messages"
@@ -1299,9 +1314,14 @@ def _legacy_entry(vector: str) -> Indexed:
     return own, lent
 
 
-def _reads_sql(plan: Plan, key: int, role: str | None) -> tuple[str, list[Any]]:
+def _reads_sql(plan: Plan, key: int, role: str | None, last_seq: int) -> tuple[str, list[Any]]:
     """The statement that reads a plan's postings and probes (``$1`` the session id, the
-    returned arguments after it): rows ``(i, seqs)``, the seqs known to hold query term i."""
+    returned arguments after it): rows ``(i, seqs)``, the seqs known to hold query term i.
+
+    The lexemes carry the session's key, so a term's GIN posting list is this session's alone.
+    The newest postings of the term read in part are taken from the newest seqs, in a window
+    twice as long as should hold them (its density in the session taken as even), so the
+    primary key bounds the rows that statement visits."""
     args: list[Any] = []
 
     def param(value: Any) -> str:
@@ -1310,7 +1330,7 @@ def _reads_sql(plan: Plan, key: int, role: str | None) -> tuple[str, list[Any]]:
 
     quoted = [_quote_lexeme(_lexeme(key, t)) for t in plan.terms]
     role_sql = f" AND role = {param(role)}" if role is not None else ""
-    where = "FROM {p}messages WHERE session_id = $1 AND search @@ "
+    where = "FROM {p}messages WHERE search @@ "
     parts: list[str] = []
     head = ""
     for i in plan.whole:
@@ -1318,8 +1338,10 @@ def _reads_sql(plan: Plan, key: int, role: str | None) -> tuple[str, list[Any]]:
     partial = plan.partial
     if partial is not None:
         i, k = partial
+        window = max(1, last_seq - 2 * k * last_seq // max(1, plan.dfs[i]))
         head = (
-            f"WITH p AS MATERIALIZED (SELECT seq {where}{param(quoted[i])}::tsquery{role_sql}"
+            "WITH p AS MATERIALIZED (SELECT seq FROM {p}messages WHERE session_id = $1"
+            f" AND seq >= {param(window)} AND search @@ {param(quoted[i])}::tsquery{role_sql}"
             f" ORDER BY seq DESC LIMIT {param(k)}) "
         )
         parts.append(f"SELECT {i} AS i, seq FROM p")
@@ -1331,13 +1353,26 @@ def _reads_sql(plan: Plan, key: int, role: str | None) -> tuple[str, list[Any]]:
         if partial is not None and i != partial[0]:
             query = f"{quoted[i]} & {quoted[partial[0]]}"
             parts.append(
-                f"SELECT {i} AS i, seq {where}{param(query)}::tsquery{role_sql}"
-                " AND seq >= (SELECT min(seq) FROM p)"
+                f"SELECT {i} AS i, seq FROM {{p}}messages WHERE session_id = $1"
+                f" AND seq >= (SELECT min(seq) FROM p) AND search @@ {param(query)}::tsquery"
+                f"{role_sql}"
             )
     if not parts:
         return "", []
+    if "$1" not in head + " ".join(parts):
+        # The statement takes the session id as $1 whether or not it reads it.
+        parts[0] += " AND $1::text IS NOT NULL"
     sql = f"{head}SELECT i, array_agg(seq) AS seqs FROM ({' UNION ALL '.join(parts)}) r GROUP BY i"
     return sql, args
+
+
+def _server_settings(dsn: str) -> dict[str, str]:
+    """Settings of the pool's connections, unless the URL sets them: no parallel workers (every
+    statement here is small; starting workers cost a search more than it saved)."""
+    given = {name for name, _ in parse_qsl(urlsplit(dsn).query)}
+    if "max_parallel_workers_per_gather" in given:
+        return {}
+    return {"max_parallel_workers_per_gather": "0"}
 
 
 def _dump_value(value: dict[str, Any]) -> str:

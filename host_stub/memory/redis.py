@@ -38,7 +38,9 @@ Keys, all under ``prefix`` (default ``hs:``; a ``?prefix=`` in the URL overrides
 
 The search index (``xd``, ``xf``, ``xp``) is written by the same scripts that append, clear and
 delete messages, so it never disagrees with the messages; the search itself is one script that
-ranks the matches with BM25.
+follows ``host_stub.memory._search`` (its plan, estimate and BM25). Its posting sets are ordered
+by frequency, not seq: the one term of which only the newest postings are read is read whole
+and the newest taken in the script.
 
 A message record is ``{"epoch":E,"role":R,"kind":K,"tokens":N,"body":{...}}`` and a metadata
 entry ``{"version":V,"deleted":B,"updated_at":MS,"value":{...}|null}``, always with the fields
@@ -283,6 +285,7 @@ local avg = tonumber(redis.call('HGET', KEYS[2], '#len') or '0') / n
 if avg <= 0 then avg = 1 end
 local base, limit, role = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local budget, rescore, max_probes = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+if rescore < limit then rescore = limit end
 local terms, dfs, idfs, order = {}, {}, {}, {}
 for i = 7, #ARGV do
   local t = #terms + 1

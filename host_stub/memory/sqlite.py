@@ -39,6 +39,16 @@ Leases. A lease row outlives its releases (its token is emptied): its ``fence`` 
 every acquisition, and a fenced write checks it inside its own transaction. Expiry is read from
 ``clock`` (``time.time`` unless a test injects one); every process on the file must share it.
 
+Search. An FTS5 table (``search``: a message's own terms and the terms it is lent, each column
+space-joined) holds a session's entries as one rowid range (``key << 32 | seq``); next to it,
+``search_sessions`` (each session's key, number and total length of entries) and
+``search_terms`` (each term's document frequency in each session), written in the transactions
+that write the entries. A search follows ``_search.plan_search``: it reads the chosen posting
+lists (``group_concat`` of the rowids, ``ORDER BY rowid DESC LIMIT k`` for the newest), probes
+the other terms with FTS5 ``AND`` queries, and scores the candidates ``_search.choose`` picks from
+FTS5's content table (``search_content``). FTS5's own ``bm25`` is not used: it ranks every match
+and takes its statistics from every session of the file.
+
 Tracing. :meth:`SQLiteMemory.set_trace_callback` installs a ``sqlite3`` trace callback on the
 connection. It runs in the worker thread just before each statement (``BEGIN`` and ``COMMIT``
 included), so a callback that blocks holds the transaction it is in; the crash tests stop a
@@ -981,7 +991,7 @@ def _search(
             window = min(holders[partial[0]]) & _SEQ_MASK
             found |= match(f"{quoted[i]} AND {quoted[partial[0]]}", since=window, roles=False)
         holders.setdefault(i, set()).update(found & candidates)
-    chosen = choose(plan, holders)  # rowids: in one session, in the order of the seqs
+    chosen = choose(plan, holders, limit)  # rowids: in one session, in the order of the seqs
     entries = db.execute(
         f"SELECT id, c0, c1 FROM search_content WHERE id IN ({','.join('?' * len(chosen))})",
         chosen,

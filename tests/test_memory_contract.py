@@ -958,7 +958,7 @@ async def test_search_in_a_session_larger_than_its_budget_reads_what_the_plan_sa
     # "harbor" is read whole (5, 6, 19, 20), then the newest 2 of "violet" (20, 19): no room
     # for "lantern". "violet" and "lantern" are probed among those candidates: all four hold
     # both. Best: the two holding the words themselves, then those they lent them to.
-    assert await _search_seqs(memory, "s", "lantern harbor violet") == [19, 5, 20, 6]
+    assert await _search_seqs(memory, "s", "lantern harbor violet", limit=4) == [19, 5, 20, 6]
     # Only RESCORE candidates (or as many as results asked for) are scored in full: on equal
     # estimates the newer.
     monkeypatch.setattr(_search, "RESCORE", 1)
@@ -966,11 +966,21 @@ async def test_search_in_a_session_larger_than_its_budget_reads_what_the_plan_sa
     monkeypatch.setattr(_search, "RESCORE", 4)
     # A common word alone: its newest 6 postings are read, so older messages holding it are
     # not found.
-    assert await _search_seqs(memory, "s", "lantern") == [30, 29, 28, 27, 26, 25]
+    assert await _search_seqs(memory, "s", "lantern", limit=6) == [30, 29, 28, 27, 26, 25]
+    # Asked for more results than the budget, a search reads as many postings as asked for.
+    assert sorted(await _search_seqs(memory, "s", "lantern", limit=20)) == list(range(11, 31))
     # A role: the postings read are that role's (the newest user messages with "violet": 19
     # and 13).
-    assert await _search_seqs(memory, "s", "lantern harbor violet", role="user") == [19, 5, 13]
-    assert await _search_seqs(memory, "s", "lantern harbor violet", role="assistant") == [20, 6, 12]
+    assert await _search_seqs(memory, "s", "lantern harbor violet", role="user", limit=4) == [
+        19,
+        5,
+        13,
+    ]
+    assert await _search_seqs(memory, "s", "lantern harbor violet", role="assistant", limit=4) == [
+        20,
+        6,
+        12,
+    ]
     # Never another session's messages.
     for query in ("lantern harbor violet", "lantern", "harbor"):
         hits = await memory.search("s", query)

@@ -375,18 +375,19 @@ def plan_search(
     n_docs: int,
     total_len: float,
     *,
+    limit: int = 0,
     budget: int | None = None,
     max_probes: int | None = None,
 ) -> Plan:
     """The :class:`Plan` for a search (``total_len``: the session's indexed messages' summed
-    length).
+    length) that asks for ``limit`` results (the budget is never below it).
 
     A session of at most ``budget`` messages: every posting list is read whole. Otherwise the
     terms go rarest first (ties: query order); each list is read whole while the lists read so
     far hold at most ``budget`` postings; the first that does not fit gives the rest of the
     budget from its newest postings, and the commoner terms nothing. The terms not read whole
     (the rarest ``max_probes`` of them) are probed among the candidates."""
-    budget = MAX_POSTINGS if budget is None else budget
+    budget = max(MAX_POSTINGS if budget is None else budget, limit)
     max_probes = MAX_PROBES if max_probes is None else max_probes
     reads: list[int | None]
     order = sorted((i for i in range(len(dfs)) if dfs[i] > 0), key=lambda i: (dfs[i], i))

@@ -235,7 +235,11 @@ class InMemoryMemory:
             docs = session.docs
             postings = session.postings
             plan = plan_search(
-                terms, [len(postings.get(t, ())) for t in terms], len(docs), session.total_terms
+                terms,
+                [len(postings.get(t, ())) for t in terms],
+                len(docs),
+                session.total_terms,
+                limit=limit,
             )
             holders: dict[int, set[int]] = {}
             for i, read in enumerate(plan.reads):

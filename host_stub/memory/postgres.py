@@ -557,6 +557,7 @@ class PostgresMemory:
                 [int(df) for df in stats["dfs"]],
                 int(stats["search_docs"]),
                 float(stats["search_length"]),
+                limit=limit,
             )
             sql, args = _reads_sql(plan, key, role, int(stats["last_seq"]))
             if not sql:

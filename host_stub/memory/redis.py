@@ -286,6 +286,7 @@ if avg <= 0 then avg = 1 end
 local base, limit, role = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local budget, rescore, max_probes = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 if rescore < limit then rescore = limit end
+if budget < limit then budget = limit end
 local terms, dfs, idfs, order = {}, {}, {}, {}
 for i = 7, #ARGV do
   local t = #terms + 1

@@ -957,7 +957,7 @@ def _search(
             (key, *terms),
         ).fetchall()
     )
-    plan = plan_search(terms, [int(known.get(t, 0)) for t in terms], n_docs, total)
+    plan = plan_search(terms, [int(known.get(t, 0)) for t in terms], n_docs, total, limit=limit)
     quoted = [f'"{t}"' for t in terms]
 
     def match(query: str, *, since: int = 0, newest: int | None = None, roles: bool) -> set[int]:
@@ -992,10 +992,7 @@ def _search(
             found |= match(f"{quoted[i]} AND {quoted[partial[0]]}", since=window, roles=False)
         holders.setdefault(i, set()).update(found & candidates)
     chosen = choose(plan, holders, limit)  # rowids: in one session, in the order of the seqs
-    entries = db.execute(
-        f"SELECT id, c0, c1 FROM search_content WHERE id IN ({','.join('?' * len(chosen))})",
-        chosen,
-    ).fetchall()
+    entries = _rows_in(db, "SELECT id, c0, c1 FROM search_content WHERE id IN ({})", (), chosen)
     index = {t: i for i, t in enumerate(terms)}
     scores = score(
         plan,
@@ -1007,15 +1004,24 @@ def _search(
     best = top(scores, limit)
     if not best:
         return []
-    rows = {
-        r[0]: r
-        for r in db.execute(
-            f"SELECT {_MESSAGE_COLUMNS}, created_at FROM messages WHERE session_id = ?"
-            f" AND seq IN ({','.join('?' * len(best))})",
-            (session_id, *(seq for seq, _ in best)),
-        )
-    }
+    sql = (
+        f"SELECT {_MESSAGE_COLUMNS}, created_at FROM messages"
+        " WHERE session_id = ? AND seq IN ({})"
+    )
+    rows = {r[0]: r for r in _rows_in(db, sql, (session_id,), [seq for seq, _ in best])}
     return [(rows[seq], value) for seq, value in best if seq in rows]
+
+
+def _rows_in(
+    db: sqlite3.Connection, sql: str, args: Sequence[Any], values: Sequence[int]
+) -> list[_Row]:
+    """``sql`` (its ``IN ({})`` filled with placeholders) run for ``values`` in slices that stay
+    under SQLite's limit on parameters."""
+    out: list[_Row] = []
+    for i in range(0, len(values), 500):
+        part = values[i : i + 500]
+        out += db.execute(sql.format(",".join("?" * len(part))), (*args, *part)).fetchall()
+    return out
 
 
 def _backfill_search(db: sqlite3.Connection) -> None:

@@ -1438,9 +1438,8 @@ async def test_postgres_search_counts_follow_deletes_clears_and_forget(pg: str) 
         assert sorted(r["session_id"] for r in sessions) == ["s", "t"]
         for r in sessions:
             vectors = await conn.fetch(
-                f"SELECT search::text AS v FROM {p}messages"
-                " WHERE session_id = $1 AND search IS NOT NULL",
-                r["session_id"],
+                f"SELECT search::text AS v, length FROM {p}search_docs WHERE search_key = $1",
+                r["search_key"],
             )
             entries = [
                 tuple(" ".join(part) for part in _entry_of(v["v"], r["search_key"]))
@@ -1448,18 +1447,19 @@ async def test_postgres_search_counts_follow_deletes_clears_and_forget(pg: str) 
             ]
             docs, length, dfs = _recount(entries)  # type: ignore[arg-type]
             assert (r["search_docs"], r["search_length"]) == (docs, pytest.approx(length))
+            assert [v["length"] for v in vectors] == pytest.approx(
+                [len(o.split()) + 0.5 * len(c.split()) for o, c in entries]
+            )
             stored = await conn.fetch(
                 f"SELECT term, df FROM {p}search_terms WHERE search_key = $1", r["search_key"]
             )
             assert {x["term"]: x["df"] for x in stored} == dfs
         keys = [r["search_key"] for r in sessions]
-        assert (
-            await conn.fetchval(
-                f"SELECT count(*) FROM {p}search_terms WHERE NOT search_key = ANY($1::bigint[])",
-                keys,
+        for table in ("search_terms", "search_docs"):
+            left = await conn.fetchval(
+                f"SELECT count(*) FROM {p}{table} WHERE NOT search_key = ANY($1::bigint[])", keys
             )
-            == 0
-        )
+            assert left == 0, table
     finally:
         await conn.close()
 
@@ -1771,26 +1771,33 @@ async def test_postgres_schema_3_keeps_its_messages_and_gets_session_keyed_searc
         p = f'"{schema}".'
         assert await conn.fetchval(f"SELECT version FROM {p}memory_schema_version") == 4
         key = await conn.fetchval(f"SELECT search_key FROM {p}sessions WHERE session_id = 's'")
-        # Every lexeme carries the session's key; the counts are the entries' counts.
+        # The tsvectors moved to search_docs, every lexeme under the session's key; the old
+        # column is gone; the counts are the entries' counts.
+        assert not await conn.fetchval(
+            "SELECT count(*) FROM information_schema.columns"
+            " WHERE table_schema = $1 AND table_name = 'messages' AND column_name = 'search'",
+            schema,
+        )
         lexemes = await conn.fetch(
-            f"SELECT DISTINCT unnest(tsvector_to_array(search)) AS x FROM {p}messages"
-            " WHERE session_id = 's'"
+            f"SELECT DISTINCT unnest(tsvector_to_array(search)) AS x FROM {p}search_docs"
+            " WHERE search_key = $1",
+            key,
         )
         assert lexemes and all(r["x"].startswith(f"{key}_") for r in lexemes)
         docs, length = await conn.fetchrow(
             f"SELECT search_docs, search_length FROM {p}sessions WHERE session_id = 's'"
         )
         assert docs == 9
-        assert length == pytest.approx(
-            await conn.fetchval(
-                f"SELECT sum(search_length) FROM {p}messages WHERE session_id = 's'"
-            )
+        total = await conn.fetchval(
+            f"SELECT sum(length) FROM {p}search_docs WHERE search_key = $1", key
         )
-        assert await conn.fetchval(
-            f"SELECT df FROM {p}search_terms WHERE search_key = $1 AND term = 'umbrella'", key
-        ) == await conn.fetchval(
-            f"SELECT count(*) FROM {p}messages WHERE session_id = 's' AND search @@ $1::tsquery",
+        assert length == pytest.approx(total)
+        umbrella = await conn.fetchval(
+            f"SELECT count(*) FROM {p}search_docs WHERE search @@ $1::tsquery",
             f"'{key}_umbrella'",
+        )
+        assert umbrella == await conn.fetchval(
+            f"SELECT df FROM {p}search_terms WHERE search_key = $1 AND term = 'umbrella'", key
         )
     finally:
         await conn.close()
@@ -1831,6 +1838,7 @@ async def test_postgres_schema_migration_is_idempotent_when_stores_start_togethe
             "messages",
             "metadata",
             "leases",
+            "search_docs",
             "search_terms",
         }
         rows = await conn.fetch(f'SELECT version FROM "{schema}".memory_schema_version')

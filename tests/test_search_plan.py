@@ -142,3 +142,12 @@ def test_a_word_too_long_to_type_is_neither_indexed_nor_searched() -> None:
     assert index_terms("a" * 200) == ["a" * 200]
     # Multi-byte characters count in bytes.
     assert query_terms("é" * (_search.MAX_TERM_BYTES // 2 + 1)) == []
+
+
+def test_the_readme_states_the_limits_the_code_has() -> None:
+    from pathlib import Path
+
+    text = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+    assert f"reads at most {_search.MAX_POSTINGS:,} postings" in text
+    assert f"the {_search.RESCORE} best by the rarity" in text
+    assert f"a session of up to {_search.MAX_POSTINGS:,} messages every match" in text

@@ -23,16 +23,18 @@ kept when many connections write at once:
   its ``fence`` grows by one on every acquisition, and a fenced write share-locks the row while it
   checks it, so no acquisition slips in before its commit.
 
-- Search: a ``tsvector`` column with a GIN index (no pending list: ``fastupdate`` off); its
-  lexemes are ``<session key>_<term>`` (the key from ``sessions.search_key``), so a lexeme's
-  posting list is one session's, and positions carry the weight class (A a message's own term,
-  B a lent one). ``search_terms`` (each term's document frequency per session key), the
-  session's ``search_docs``/``search_length`` and each message's ``search_length`` are written
-  in the transaction that indexes or unindexes, under the session's row lock. A search follows
-  ``_search.plan_search`` in four statements: the counts; the postings and probes (one
-  statement of ``@@`` reads); the chosen candidates' tsvectors (frequencies parsed from their
-  text form); the messages found. A tsvector keeps at most 256 positions of a lexeme, so a term
-  repeated more often in one message counts 256 times.
+- Search: a table of its own, ``search_docs`` (session key, seq, role, length, ``tsvector``),
+  one narrow row per indexed message: the tsvector is kept out of line (``toast_tuple_target``
+  128), so the row visits a search makes stay in a small heap, not in the messages'. A GIN
+  index on the tsvector (no pending list: ``fastupdate`` off); its lexemes are
+  ``<session key>_<term>`` (the key from ``sessions.search_key``), so a lexeme's posting list
+  is one session's; positions carry the weight class (A a message's own term, B a lent one).
+  ``search_terms`` (each term's document frequency per session key) and the session's
+  ``search_docs``/``search_length`` are written in the transaction that indexes or unindexes,
+  under the session's row lock. A search follows ``_search.plan_search`` in four statements:
+  the counts; the postings and probes (one statement of ``@@`` reads); the chosen candidates'
+  tsvectors (frequencies parsed from their text form); the messages found. A tsvector keeps at
+  most 256 positions of a lexeme, so a term repeated more often in one message counts 256 times.
 
 URL: ``postgresql://user:password@host:port/database`` (``postgres://`` too); the query string is
 passed to asyncpg (``sslmode=...``, server settings), except ``schema=<name>``, which selects (and
@@ -145,26 +147,36 @@ _MIGRATIONS: dict[int, list[str]] = {
     # 2 -> 3: fencing tokens. A lease row stays after its release (token emptied) so the fence
     # of its next holder keeps growing.
     2: ["ALTER TABLE {p}leases ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0"],
-    # 3 -> 4: a search reads only the postings it needs (see _search.plan_search). Each session
-    # gets a key its messages' lexemes start with ("<key>_<term>"), so the GIN index holds one
+    # 3 -> 4: a search reads only the postings it needs (see _search.plan_search), from a table
+    # of its own: ``search_docs``, one narrow row per indexed message (its tsvector kept out of
+    # line, so a search's many row visits stay in a small, cached heap, not the messages'). Each
+    # session gets a key its lexemes start with ("<key>_<term>"), so the GIN index holds one
     # posting list per session and term; and what BM25 ranks with: the number and total length
     # of a session's indexed messages, each message's length, each term's document frequency.
-    # ``_convert_search`` rewrites the stored tsvectors and fills the counts.
+    # ``_convert_search`` moves the stored tsvectors over and fills the counts.
     3: [
         "ALTER TABLE {p}sessions ADD COLUMN IF NOT EXISTS search_key bigserial",
         "ALTER TABLE {p}sessions ADD COLUMN IF NOT EXISTS search_docs bigint NOT NULL DEFAULT 0",
         "ALTER TABLE {p}sessions ADD COLUMN IF NOT EXISTS search_length double precision"
         " NOT NULL DEFAULT 0",
-        "ALTER TABLE {p}messages ADD COLUMN IF NOT EXISTS search_length double precision NULL",
+        """CREATE TABLE IF NOT EXISTS {p}search_docs (
+            search_key bigint NOT NULL,
+            seq        bigint NOT NULL,
+            role       text NOT NULL,
+            length     double precision NOT NULL,
+            search     tsvector NOT NULL,
+            PRIMARY KEY (search_key, seq)
+        ) WITH (toast_tuple_target = 128)""",
+        # No pending list: every search reads several posting lists, none has to scan one (new
+        # entries go straight into the index, at some cost to appends).
+        "CREATE INDEX IF NOT EXISTS search_docs_search ON {p}search_docs USING gin (search)"
+        " WITH (fastupdate = off)",
         """CREATE TABLE IF NOT EXISTS {p}search_terms (
             search_key bigint NOT NULL,
             term       text NOT NULL,
             df         bigint NOT NULL,
             PRIMARY KEY (search_key, term)
         )""",
-        # Every search reads several posting lists: none of them has to scan a pending list
-        # (new entries go straight into the index, at some cost to appends).
-        "ALTER INDEX {p}messages_search SET (fastupdate = off)",
     ],
 }
 
@@ -195,6 +207,7 @@ _NOW = "extract(epoch FROM now())::float8"
 _CLOCK = "extract(epoch FROM clock_timestamp())::float8"
 
 _MESSAGE_COLUMNS = "seq, epoch, role, kind, body, tokens, archived"
+_PREFIXED_COLUMNS = ", ".join(f"m.{c}" for c in _MESSAGE_COLUMNS.split(", "))
 _SCHEMES = ("postgresql", "postgres")
 #: Errors that mean "could not reach or log in to the server".
 _CONNECT_ERRORS = (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
@@ -477,25 +490,25 @@ class PostgresMemory:
             if first > 1 and any(own is not None for own in owns):
                 prev = await conn.fetch(
                     self._sql(
-                        f"SELECT {_MESSAGE_COLUMNS} FROM {{p}}messages WHERE session_id = $1"
-                        " AND seq BETWEEN $2 AND $3 AND search IS NOT NULL"
-                        " ORDER BY seq DESC LIMIT 1"
+                        f"SELECT {_PREFIXED_COLUMNS} FROM {{p}}messages m"
+                        " WHERE m.session_id = $1 AND m.seq = (SELECT max(d.seq)"
+                        " FROM {p}search_docs d WHERE d.search_key = $4"
+                        " AND d.seq BETWEEN $2 AND $3)"
                     ),
                     session_id,
                     max(1, first - CONTEXT_SPAN),
                     first - 1,
+                    key,
                 )
                 previous = own_terms(_rows_to_messages(prev)[0]) if prev else None
             indexed = with_context(owns, previous)
             await conn.execute(
                 self._sql(
                     "INSERT INTO {p}messages (session_id, seq, epoch, role, kind, body, tokens,"
-                    " archived, archived_at, created_at, search, search_length)"
-                    f" SELECT $1, t.seq, $2, t.role, t.kind, t.body, t.tokens, NULL, NULL, {_NOW},"
-                    " t.search::tsvector, t.length"
-                    " FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[],"
-                    " $8::text[], $9::float8[])"
-                    " AS t(seq, role, kind, body, tokens, search, length)"
+                    " archived, archived_at, created_at)"
+                    f" SELECT $1, t.seq, $2, t.role, t.kind, t.body, t.tokens, NULL, NULL, {_NOW}"
+                    " FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[])"
+                    " AS t(seq, role, kind, body, tokens)"
                 ),
                 session_id,
                 epoch,
@@ -504,10 +517,13 @@ class PostgresMemory:
                 [m.kind for m, _, _ in counted],
                 [body for _, _, body in counted],
                 [tokens for _, tokens, _ in counted],
-                [None if t is None else _tsvector(key, t) for t in indexed],
-                [None if t is None else doc_length(t) for t in indexed],
             )
-            await self._count_terms(conn, session_id, key, [t for t in indexed if t is not None], 1)
+            docs = [
+                (first + i, m.role, t)
+                for i, ((m, _, _), t) in enumerate(zip(counted, indexed, strict=True))
+                if t is not None
+            ]
+            await self._index(conn, session_id, key, docs)
         return [
             message_from_row(
                 role=m.role,
@@ -563,7 +579,7 @@ class PostgresMemory:
             if not sql:
                 return []
             holders: dict[int, set[int]] = {}
-            for r in await conn.fetch(self._sql(sql), session_id, *args):
+            for r in await conn.fetch(self._sql(sql), key, *args):
                 holders.setdefault(int(r["i"]), set()).update(r["seqs"])
             found = set().union(
                 *(holders.get(i, set()) for i, read in enumerate(plan.reads) if read != 0)
@@ -573,10 +589,10 @@ class PostgresMemory:
             chosen = choose(plan, {i: seqs & found for i, seqs in holders.items()}, limit)
             entries = await conn.fetch(
                 self._sql(
-                    "SELECT seq, search::text AS v, search_length FROM {p}messages"
-                    " WHERE session_id = $1 AND seq = ANY($2::bigint[]) AND search IS NOT NULL"
+                    "SELECT seq, search::text AS v, length FROM {p}search_docs"
+                    " WHERE search_key = $1 AND seq = ANY($2::bigint[])"
                 ),
-                session_id,
+                key,
                 chosen,
             )
             lexemes = [_quote_lexeme(_lexeme(key, t)) + ":" for t in terms]
@@ -584,7 +600,7 @@ class PostgresMemory:
                 score(
                     plan,
                     (
-                        (int(e["seq"]), _frequencies(e["v"], lexemes), float(e["search_length"]))
+                        (int(e["seq"]), _frequencies(e["v"], lexemes), float(e["length"]))
                         for e in entries
                     ),
                 ),
@@ -613,8 +629,10 @@ class PostgresMemory:
         async with self._conn() as conn:
             rows = await conn.fetch(
                 self._sql(
-                    f"SELECT {_MESSAGE_COLUMNS} FROM {{p}}messages WHERE session_id = $1"
-                    " AND seq BETWEEN $2 AND $3 AND search IS NOT NULL ORDER BY seq"
+                    f"SELECT {_PREFIXED_COLUMNS} FROM {{p}}messages m"
+                    " JOIN {p}sessions s ON s.session_id = m.session_id"
+                    " JOIN {p}search_docs d ON d.search_key = s.search_key AND d.seq = m.seq"
+                    " WHERE m.session_id = $1 AND m.seq BETWEEN $2 AND $3 ORDER BY m.seq"
                 ),
                 session_id,
                 from_seq,
@@ -822,20 +840,14 @@ class PostgresMemory:
                     ),
                     session_id,
                 )
-                await conn.execute(
-                    self._sql(
-                        "UPDATE {p}messages SET search = NULL, search_length = NULL"
-                        " WHERE session_id = $1 AND search IS NOT NULL"
-                    ),
-                    session_id,
-                )
-                await conn.execute(
-                    self._sql(
-                        "DELETE FROM {p}search_terms WHERE search_key ="
-                        " (SELECT search_key FROM {p}sessions WHERE session_id = $1)"
-                    ),
-                    session_id,
-                )
+                for table in ("search_docs", "search_terms"):
+                    await conn.execute(
+                        self._sql(
+                            f"DELETE FROM {{p}}{table} WHERE search_key ="
+                            " (SELECT search_key FROM {p}sessions WHERE session_id = $1)"
+                        ),
+                        session_id,
+                    )
                 await conn.execute(
                     self._sql(
                         "UPDATE {p}sessions SET search_docs = 0, search_length = 0"
@@ -864,20 +876,9 @@ class PostgresMemory:
         async with self._tx() as conn:
             if await self._locked_epoch(conn, session_id) is None:
                 return []
-            # The session's row is locked: the entries read here are the ones removed next.
-            gone = await conn.fetch(
-                self._sql(
-                    "SELECT search::text AS v, search_length FROM {p}messages"
-                    " WHERE session_id = $1 AND seq = ANY($2::bigint[])"
-                    " AND archived IS DISTINCT FROM 'deleted' AND search IS NOT NULL"
-                ),
-                session_id,
-                wanted,
-            )
             rows = await conn.fetch(
                 self._sql(
-                    f"UPDATE {{p}}messages SET archived = 'deleted', archived_at = {_NOW},"
-                    " search = NULL, search_length = NULL"
+                    f"UPDATE {{p}}messages SET archived = 'deleted', archived_at = {_NOW}"
                     " WHERE session_id = $1 AND seq = ANY($2::bigint[])"
                     " AND archived IS DISTINCT FROM 'deleted' RETURNING seq"
                 ),
@@ -887,12 +888,23 @@ class PostgresMemory:
             found = sorted(int(r["seq"]) for r in rows)
             if found:
                 await self._touch(conn, session_id)
-            if gone:
-                key = await conn.fetchval(
-                    self._sql("SELECT search_key FROM {p}sessions WHERE session_id = $1"),
-                    session_id,
+                key = int(
+                    await conn.fetchval(
+                        self._sql("SELECT search_key FROM {p}sessions WHERE session_id = $1"),
+                        session_id,
+                    )
                 )
-                await self._uncount(conn, session_id, int(key), gone)
+                gone = await conn.fetch(
+                    self._sql(
+                        "DELETE FROM {p}search_docs WHERE search_key = $1"
+                        " AND seq = ANY($2::bigint[]) RETURNING search::text AS v"
+                    ),
+                    key,
+                    found,
+                )
+                await self._count_terms(
+                    conn, session_id, key, [_entry_of(r["v"], key) for r in gone], -1
+                )
         return found
 
     async def forget(self, session_id: str) -> None:
@@ -908,9 +920,10 @@ class PostgresMemory:
                 self._sql("DELETE FROM {p}messages WHERE session_id = $1"), session_id
             )
             if key is not None:
-                await conn.execute(
-                    self._sql("DELETE FROM {p}search_terms WHERE search_key = $1"), key
-                )
+                for table in ("search_docs", "search_terms"):
+                    await conn.execute(
+                        self._sql(f"DELETE FROM {{p}}{table} WHERE search_key = $1"), key
+                    )
             await conn.execute(self._sql("DELETE FROM {p}metadata WHERE key = $1"), session_id)
 
     async def list_sessions(self) -> list[SessionInfo]:
@@ -988,39 +1001,69 @@ class PostgresMemory:
         )
 
     async def _convert_search(self, conn: Any) -> None:
-        """Migration 3 -> 4: each stored tsvector's lexemes under its session's key, each
-        message's length, each session's counts."""
+        """Migration 3 -> 4: the stored tsvectors (``messages.search``) move to ``search_docs``,
+        their lexemes under their session's key; each session's counts are filled in; the old
+        column and its index go."""
         rows = await conn.fetch(
             self._sql(
-                "SELECT m.session_id, m.seq, m.search::text AS v, s.search_key"
+                "SELECT m.session_id, m.seq, m.role, m.search::text AS v, s.search_key"
                 " FROM {p}messages m JOIN {p}sessions s ON s.session_id = m.session_id"
                 " WHERE m.search IS NOT NULL ORDER BY m.session_id, m.seq"
             )
         )
-        updates = []
-        by_session: dict[str, tuple[int, list[Indexed]]] = {}
+        by_session: dict[str, tuple[int, list[tuple[int, str, Indexed]]]] = {}
         for r in rows:
             key = int(r["search_key"])
-            indexed = _legacy_entry(r["v"])
-            updates.append(
-                (r["session_id"], r["seq"], _tsvector(key, indexed), doc_length(indexed))
-            )
-            by_session.setdefault(r["session_id"], (key, []))[1].append(indexed)
-        await conn.executemany(
+            entry = (int(r["seq"]), r["role"], _legacy_entry(r["v"]))
+            by_session.setdefault(r["session_id"], (key, []))[1].append(entry)
+        for session_id, (key, docs) in by_session.items():
+            await self._index(conn, session_id, key, docs)
+        await conn.execute(self._sql("DROP INDEX IF EXISTS {p}messages_search"))
+        await conn.execute(self._sql("ALTER TABLE {p}messages DROP COLUMN IF EXISTS search"))
+
+    async def _index(
+        self, conn: Any, session_id: str, key: int, docs: Sequence[tuple[int, str, Indexed]]
+    ) -> None:
+        """Index ``(seq, role, entry)`` of the session with search key ``key`` and add them to
+        its counts: one statement (in the transaction that writes them, the session's row
+        locked)."""
+        if not docs:
+            return
+        dfs: dict[str, int] = {}
+        for _, _, indexed in docs:
+            for term in distinct_terms(indexed):
+                dfs[term] = dfs.get(term, 0) + 1
+        names = sorted(dfs)
+        lengths = [doc_length(t) for _, _, t in docs]
+        await conn.execute(
             self._sql(
-                "UPDATE {p}messages SET search = $3::tsvector, search_length = $4"
-                " WHERE session_id = $1 AND seq = $2"
+                "WITH d AS (INSERT INTO {p}search_docs (search_key, seq, role, length, search)"
+                " SELECT $1, t.seq, t.role, t.length, t.search::tsvector"
+                " FROM unnest($2::bigint[], $3::text[], $4::float8[], $5::text[])"
+                " AS t(seq, role, length, search)),"
+                " c AS (INSERT INTO {p}search_terms AS x (search_key, term, df)"
+                " SELECT $1, u.term, u.df FROM unnest($6::text[], $7::bigint[]) AS u(term, df)"
+                " ON CONFLICT (search_key, term) DO UPDATE SET df = x.df + excluded.df)"
+                " UPDATE {p}sessions SET search_docs = search_docs + $8,"
+                " search_length = search_length + $9 WHERE session_id = $10"
             ),
-            updates,
+            key,
+            [seq for seq, _, _ in docs],
+            [role for _, role, _ in docs],
+            lengths,
+            [_tsvector(key, t) for _, _, t in docs],
+            names,
+            [dfs[t] for t in names],
+            len(docs),
+            sum(lengths),
+            session_id,
         )
-        for session_id, (key, entries) in by_session.items():
-            await self._count_terms(conn, session_id, key, entries, 1)
 
     async def _count_terms(
         self, conn: Any, session_id: str, key: int, entries: Sequence[Indexed], sign: int
     ) -> None:
         """Add (``sign`` 1) or remove (-1) entries in the session's search counts (in the
-        transaction that writes them, the session's row locked)."""
+        transaction that writes them, the session's row locked; :meth:`_index` adds its own)."""
         if not entries:
             return
         dfs: dict[str, int] = {}
@@ -1067,10 +1110,6 @@ class PostgresMemory:
                 key,
                 names,
             )
-
-    async def _uncount(self, conn: Any, session_id: str, key: int, gone: Sequence[Any]) -> None:
-        """Remove entries (rows with the tsvector ``v`` and ``search_length``) from the counts."""
-        await self._count_terms(conn, session_id, key, [_entry_of(r["v"], key) for r in gone], -1)
 
     async def _epoch(self, conn: Any, session_id: str) -> int:
         epoch = await conn.fetchval(
@@ -1316,7 +1355,7 @@ def _legacy_entry(vector: str) -> Indexed:
 
 
 def _reads_sql(plan: Plan, key: int, role: str | None, last_seq: int) -> tuple[str, list[Any]]:
-    """The statement that reads a plan's postings and probes (``$1`` the session id, the
+    """The statement that reads a plan's postings and probes (``$1`` the session's key, the
     returned arguments after it): rows ``(i, seqs)``, the seqs known to hold query term i.
 
     The lexemes carry the session's key, so a term's GIN posting list is this session's alone.
@@ -1331,7 +1370,7 @@ def _reads_sql(plan: Plan, key: int, role: str | None, last_seq: int) -> tuple[s
 
     quoted = [_quote_lexeme(_lexeme(key, t)) for t in plan.terms]
     role_sql = f" AND role = {param(role)}" if role is not None else ""
-    where = "FROM {p}messages WHERE search @@ "
+    where = "FROM {p}search_docs WHERE search @@ "
     parts: list[str] = []
     head = ""
     for i in plan.whole:
@@ -1341,7 +1380,7 @@ def _reads_sql(plan: Plan, key: int, role: str | None, last_seq: int) -> tuple[s
         i, k = partial
         window = max(1, last_seq - 2 * k * last_seq // max(1, plan.dfs[i]))
         head = (
-            "WITH p AS MATERIALIZED (SELECT seq FROM {p}messages WHERE session_id = $1"
+            "WITH p AS MATERIALIZED (SELECT seq FROM {p}search_docs WHERE search_key = $1"
             f" AND seq >= {param(window)} AND search @@ {param(quoted[i])}::tsquery{role_sql}"
             f" ORDER BY seq DESC LIMIT {param(k)}) "
         )
@@ -1354,15 +1393,15 @@ def _reads_sql(plan: Plan, key: int, role: str | None, last_seq: int) -> tuple[s
         if partial is not None and i != partial[0]:
             query = f"{quoted[i]} & {quoted[partial[0]]}"
             parts.append(
-                f"SELECT {i} AS i, seq FROM {{p}}messages WHERE session_id = $1"
+                f"SELECT {i} AS i, seq FROM {{p}}search_docs WHERE search_key = $1"
                 f" AND seq >= (SELECT min(seq) FROM p) AND search @@ {param(query)}::tsquery"
                 f"{role_sql}"
             )
     if not parts:
         return "", []
     if "$1" not in head + " ".join(parts):
-        # The statement takes the session id as $1 whether or not it reads it.
-        parts[0] += " AND $1::text IS NOT NULL"
+        # The statement takes the session's key as $1 whether or not it reads it.
+        parts[0] += " AND $1::bigint IS NOT NULL"
     sql = f"{head}SELECT i, array_agg(seq) AS seqs FROM ({' UNION ALL '.join(parts)}) r GROUP BY i"
     return sql, args
 

@@ -21,7 +21,7 @@ import re
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,14 @@ from common import (  # noqa: E402
     write_results,
 )
 from fakes import BenchLLM  # noqa: E402
-from replay import replay_through_host  # noqa: E402
+from replay import (  # noqa: E402
+    SystemRun,
+    baseline_runs,
+    changes_of,
+    prefix_reuse_of,
+    replay_through_host,
+    summary_changes_of,
+)
 from settings import DEFAULT, RECOMMENDED, SETTINGS, quick_settings  # noqa: E402
 
 from host_stub.datasets import (  # noqa: E402
@@ -126,13 +133,14 @@ def score_locomo(
 
 async def plugin_final_context(
     conversation: Conversation, config: dict[str, Any], counter: TokenCounter
-) -> tuple[str, str, set[int], dict[str, Any]]:
+) -> tuple[str, str, set[int], dict[str, Any], SystemRun]:
     """Replay with the rules engine; the dry-run prompt after the last turn: its whole text, its
-    text without the summary, and which conversation messages it holds verbatim."""
+    text without the summary, and which conversation messages it holds verbatim; and the
+    replay's model calls."""
     llm = BenchLLM(counter=counter, default_model=None)  # no summarizer model: the rules engine
     rig = await make_rig(llm, config)
     try:
-        await replay_through_host(rig, conversation, conversation.name, drain=True)
+        run = await replay_through_host(rig, conversation, conversation.name, drain=True)
         _, prompt, usage, _ = await rig.host.build_prompt(conversation.name, dry_run=True)
         active = [
             m for m in await rig.host.memory.get_history(conversation.name) if not m.is_marker
@@ -152,7 +160,7 @@ async def plugin_final_context(
         }
     finally:
         await rig.close()
-    return prompt_text(prompt), prompt_text(summary_free), kept, info
+    return prompt_text(prompt), prompt_text(summary_free), kept, info, run
 
 
 def window_final_context(conversation: Conversation, counter: TokenCounter) -> tuple[str, set[int]]:
@@ -220,7 +228,7 @@ class TauScore:
 
 async def tau_plugin(
     conversation: Conversation, config: dict[str, Any], counter: TokenCounter
-) -> TauScore:
+) -> tuple[TauScore, SystemRun]:
     ids = tau_action_identifiers(conversation)
     llm = BenchLLM(counter=counter, default_model=None)
     rig = await make_rig(llm, config)
@@ -250,10 +258,12 @@ async def tau_plugin(
             score.per_cut.append(len(kept) / len(seen))
 
     try:
-        await replay_through_host(rig, conversation, session, drain=True, after_turn=after_turn)
+        run = await replay_through_host(
+            rig, conversation, session, drain=True, after_turn=after_turn
+        )
     finally:
         await rig.close()
-    return score
+    return score, run
 
 
 def tau_window(conversation: Conversation, counter: TokenCounter, *, keep_groups: bool) -> TauScore:
@@ -286,19 +296,25 @@ def tau_window(conversation: Conversation, counter: TokenCounter, *, keep_groups
     return score
 
 
-async def tau_long_chat(
-    trajectories: list[Conversation], config: dict[str, Any], counter: TokenCounter
-) -> tuple[int, int, int, int, int]:
-    """The trajectories back to back as one long tool chat (the first system message only):
-    of the ground-truth action identifiers that are in archived messages at the end, how many
-    the final prompt still holds; tool-pair violations in every prompt sent; prompts over the
-    budget. Returns (archived ids, kept, violations, over budget, compressions)."""
+def tau_chain(trajectories: list[Conversation]) -> Conversation:
+    """The trajectories back to back as one long tool chat (the first system message only)."""
     messages: list[Any] = []
-    ids: set[str] = set()
     for t in trajectories:
         messages += [m for m in t.messages if m.role != "system"] if messages else list(t.messages)
+    return Conversation("tau-long", messages)
+
+
+async def tau_long_chat(
+    trajectories: list[Conversation], config: dict[str, Any], counter: TokenCounter
+) -> tuple[int, int, int, int, int, SystemRun]:
+    """The trajectories back to back as one long tool chat: of the ground-truth action
+    identifiers that are in archived messages at the end, how many the final prompt still holds;
+    tool-pair violations in every prompt sent; prompts over the budget. Returns (archived ids,
+    kept, violations, over budget, compressions, the replay's model calls)."""
+    ids: set[str] = set()
+    for t in trajectories:
         ids |= tau_action_identifiers(t)
-    conversation = Conversation("tau-long", messages)
+    conversation = tau_chain(trajectories)
     rig = await make_rig(BenchLLM(counter=counter, default_model=None), config)
     violations = over = 0
 
@@ -308,7 +324,9 @@ async def tau_long_chat(
         over += sum(1 for u in result.usage if u.used > BUDGET)
 
     try:
-        await replay_through_host(rig, conversation, "tau-long", drain=True, after_turn=after_turn)
+        run = await replay_through_host(
+            rig, conversation, "tau-long", drain=True, after_turn=after_turn
+        )
         _, prompt, _, _ = await rig.host.build_prompt("tau-long", dry_run=True)
         archived = await rig.host.memory.get_archived("tau-long")
         archived_text = "\n".join(prompt_text([m.to_openai()]) for m in archived)
@@ -317,7 +335,7 @@ async def tau_long_chat(
         compressions = len(rig.finals("done"))
     finally:
         await rig.close()
-    return len(seen), len(kept), violations, over, compressions
+    return len(seen), len(kept), violations, over, compressions, run
 
 
 def tau_row(label: str, score: TauScore, trajectories: int) -> list[Any]:
@@ -359,16 +377,21 @@ async def main() -> None:
     no_summary: dict[str, list[QAScore]] = {name: [] for name in settings}
     window_scores: list[QAScore] = []
     infos: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    #: (data, system) -> the model calls of every replay, for the prompt-prefix reuse.
+    calls: dict[tuple[str, str], list[SystemRun]] = defaultdict(list)
     for conv in conversations:
-        context, kept_text, kept, _ = "", "", set(), {}
         for name, config in settings.items():
             progress(f"locomo {conv.name}: {name}")
-            context, kept_text, kept, info = await plugin_final_context(conv, config, counter)
+            context, kept_text, kept, info, run = await plugin_final_context(conv, config, counter)
             by_setting[name] += score_locomo(conv, context, kept)
             no_summary[name] += score_locomo(conv, kept_text, kept)
             infos[name].append(info)
+            calls["locomo", f"plugin: {name}"].append(run)
         w_context, w_kept = window_final_context(conv, counter)
         window_scores += score_locomo(conv, w_context, w_kept)
+        none, window, _ = baseline_runs(conv, counter)
+        calls["locomo", "sliding window"].append(window)
+        calls["locomo", "no compression"].append(none)
 
     columns = [
         "system",
@@ -446,7 +469,9 @@ async def main() -> None:
         total = TauScore()
         progress(f"tau-bench: {name}")
         for traj in trajectories:
-            total.add(await tau_plugin(traj, settings[name], counter))
+            score, run = await tau_plugin(traj, settings[name], counter)
+            total.add(score)
+            calls["tau", f"plugin: {name}"].append(run)
         tau_scores[name] = total
         tau_table.add(*tau_row(f"plugin: {name}", total, len(trajectories)))
     for label, groups in (
@@ -457,6 +482,10 @@ async def main() -> None:
         for traj in trajectories:
             total.add(tau_window(traj, counter, keep_groups=groups))
         tau_table.add(*tau_row(label, total, len(trajectories)))
+    for traj in trajectories:
+        none, window, _ = baseline_runs(traj, counter)
+        calls["tau", "sliding window"].append(window)
+        calls["tau", "no compression"].append(none)
 
     long_table = Table(
         "tau-bench airline: 25 trajectories back to back as one long tool chat; action "
@@ -474,7 +503,8 @@ async def main() -> None:
     chain = trajectories[: min(25, len(trajectories))]
     for name in dict.fromkeys([DEFAULT, recommended]):
         progress(f"tau-bench long chat: {name}")
-        seen, kept_ids, bad, over, done = await tau_long_chat(chain, settings[name], counter)
+        seen, kept_ids, bad, over, done, run = await tau_long_chat(chain, settings[name], counter)
+        calls["tau-long", f"plugin: {name}"].append(run)
         long_table.add(
             f"plugin: {name}",
             seen,
@@ -484,6 +514,77 @@ async def main() -> None:
             over,
             done,
         )
+
+    none, window, _ = baseline_runs(tau_chain(chain), counter)
+    calls["tau-long", "sliding window"].append(window)
+    calls["tau-long", "no compression"].append(none)
+    data_names = {
+        "locomo": f"LoCoMo ({len(conversations)} conversations)",
+        "tau": f"tau-bench ({len(trajectories)} trajectories, one session each)",
+        "tau-long": f"tau-bench, {len(chain)} trajectories as one long tool chat",
+    }
+    reuse_table = Table(
+        "Prompt-prefix reuse: per model call after a session's first, the prompt tokens that "
+        "repeat the previous call's prompt from its start (what a provider's prompt cache "
+        "could serve), the tokens of messages new since that call, and the rest, sent again",
+        [
+            "data",
+            "system",
+            "calls",
+            "prefix reused (pooled)",
+            "prefix reused (median per call)",
+            "new messages",
+            "sent again",
+        ],
+    )
+    reuse: dict[str, dict[str, Any]] = defaultdict(dict)
+    for (data, system), runs in calls.items():
+        row = prefix_reuse_of(runs)
+        reuse[data][system] = asdict(row) | {"resent": row.resent}
+        reuse_table.add(
+            data_names[data],
+            system,
+            row.calls,
+            round(row.reused, 3),
+            round(row.median, 3),
+            round(row.new, 3),
+            round(row.resent, 3),
+        )
+    change_table = Table(
+        "Where each call's prompt first differs from the previous call's (calls after a "
+        "session's first), and the tokens sent again after that point, as a share of all the "
+        "calls' prompt tokens",
+        ["data", "system", "first change", "calls", "sent again (share of all prompt tokens)"],
+    )
+    block_table = Table(
+        "The plugin's calls whose prompt first differs at the summary block (a compression), "
+        "means per call, in tokens",
+        [
+            "data",
+            "system",
+            "calls",
+            "prompt",
+            "summary block",
+            "block reused from its start",
+            "block in lines the previous block had",
+        ],
+    )
+    for (data, system), runs in calls.items():
+        if system == "no compression":
+            continue
+        for where, (n, share) in sorted(changes_of(runs).items()):
+            change_table.add(data_names[data], system, where or "(only grew)", n, round(share, 3))
+        block = summary_changes_of(runs)
+        if block["calls"]:
+            block_table.add(
+                data_names[data],
+                system,
+                block["calls"],
+                round(block["prompt"]),
+                round(block["block"]),
+                round(block["block_reused"]),
+                round(block["block_lines_kept"]),
+            )
 
     notes = [
         f"Budget: host context_window {BUDGET}, reserve_for_reply 0; summarizer: none configured, "
@@ -495,18 +596,22 @@ async def main() -> None:
         "followed (background work drained); a cut of the window = a turn end at which it dropped "
         "a message. Context after a cut = the whole prompt (system, summary, kept messages, tool "
         "arguments).",
+        "Prompt-prefix reuse: the host's token:usage reused_tokens / message_tokens of every "
+        "prompt sent (tool definitions left out); the sliding window and no compression are "
+        "measured with the same function on the prompts they would send. Calls are those after "
+        "a session's first; pooled = reused tokens / prompt tokens over all of them.",
     ]
     errors = {n: sum(i["errors"] for i in infos[n]) for n in settings}
     write_results(
         "retention",
         "Fact retention, rules summarizer, 4,000-token budget",
-        [locomo_table, sweep, tau_table, long_table],
+        [locomo_table, sweep, tau_table, long_table, reuse_table, change_table, block_table],
         out=out,
         versions_used=v,
         settings={"budget": BUDGET, "engine": "rules", "quick": args.quick},
         runtime_s=time.perf_counter() - started,
         notes=notes,
-        extra={"settings": settings, "compression_errors": errors},
+        extra={"settings": settings, "compression_errors": errors, "prefix_reuse": reuse},
     )
 
 

@@ -1,4 +1,4 @@
-"""The whole plugin contract: seven hooks, the prompt view, a contribution and an agent tool.
+"""The whole plugin contract: eight hooks, the prompt view, a contribution and an agent tool.
 
 Implement any subset, with any subset of a hook's arguments (pluggy passes only the ones you
 name: that is how a plugin asks for services). Plain ``def`` or ``async def`` both work; the host
@@ -105,6 +105,14 @@ def agent_prompt(view: PromptView) -> list[Contribution] | Contribution | None:
 @hookspec
 def agent_tools() -> list[AgentTool] | AgentTool | None:
     """:return: tools to add to the agent's tool loop; asked once, after ``startup``."""
+
+
+@hookspec
+def prune_history(view: PromptView) -> dict[int, str] | None:
+    """:return: what the prompt shows instead of some history messages, by seq (a tool result
+    as a one-line placeholder, say); the stored messages stay whole, and a message keeps its
+    role and tool-call pairing. Asked before ``agent_prompt``; where plugins disagree on a
+    message, the first answer wins. May be async."""
 
 
 @hookspec

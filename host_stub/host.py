@@ -7,7 +7,8 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +22,14 @@ from .config import ConfigError, HostConfig
 from .hookspecs import AgentTool, Contribution, PromptView, ToolContext
 from .messages import Message, ToolCall, ToolCallFunction
 from .plugins import LoadedPlugin, check_services, get_plugin_manager, plugin_config
-from .prompt import assemble_prompt, history_breakdown, sanitize_tool_pairs
+from .prompt import (
+    apply_replacements,
+    assemble_prompt,
+    history_breakdown,
+    prefix_reuse,
+    sanitize_tool_pairs,
+    shared_messages,
+)
 from .services import LLMService, MemoryService, Snapshot
 from .session_ids import check_session_id
 from .tools import ToolRegistry
@@ -32,6 +40,19 @@ log = logging.getLogger("host_stub.host")
 
 #: Used to size the window and count tokens when the host has no chat model (replay only).
 REPLAY_MODEL = "gpt-4o-mini"
+
+#: Characters of the last prompts sent that the host keeps, to measure each session's next
+#: prompt's prefix reuse (the least recently used sessions go first).
+LAST_PROMPTS_CHARS = 16_000_000
+
+
+@dataclass
+class SentPrompt:
+    """The last prompt sent in a session, each message's tokens, and its characters."""
+
+    messages: list[dict[str, Any]]
+    tokens: list[int]
+    chars: int
 
 
 class MemoryMessageArchive:
@@ -129,6 +150,9 @@ class Host:
         self._tool_def_tokens: int | None = None
         #: Names of the tools plugins added through ``agent_tools``.
         self.plugin_tools: set[str] = set()
+        #: Per session, the last prompt the agent loop sent (see ``TokenUsage.reused_tokens``).
+        self._last_sent: OrderedDict[str, SentPrompt] = OrderedDict()
+        self._last_sent_chars = 0
         self._started = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -256,6 +280,10 @@ class Host:
     def count_text(self, text: str) -> int:
         return self.llm.count_tokens(text, self.model)
 
+    def _count_wire(self, message: Mapping[str, Any]) -> int:
+        """One OpenAI-format message, counted as a stored message is."""
+        return self.llm.count_tokens([dict(message)], self.model)
+
     def context_window(self) -> int:
         """The chat model's window, in the provider's tokens."""
         return self.config.host.context_window or self.llm.context_window(self.model)
@@ -318,6 +346,23 @@ class Host:
             out.extend(Contribution.model_validate(i) for i in items)
         return out
 
+    async def _pruned(self, view: PromptView, history: list[Message]) -> list[Message]:
+        """``history`` as the prompt shows it: each message a plugin's ``prune_history`` replaced
+        carries the replacement text and its token count (the first plugin's answer wins)."""
+        assert self.pm is not None
+        replacements: dict[int, str] = {}
+        for result in self.pm.hook.prune_history(view=view):
+            try:
+                value = await await_me_maybe(result)
+            except Exception:
+                log.exception("prune_history failed")
+                continue
+            for seq, text in (value or {}).items():
+                replacements.setdefault(int(seq), str(text))
+        if not replacements:
+            return history
+        return apply_replacements(history, replacements, self._count_message)
+
     async def _before_model_call(self, view: PromptView) -> None:
         assert self.pm is not None
         try:
@@ -353,6 +398,7 @@ class Host:
             epoch=snap.epoch,
             dry_run=dry_run,
         )
+        shown = await self._pruned(base, history)
         contributions = await self._collect_contributions(base)
         if self._system_tokens is None:
             self._system_tokens = self.count_text(self.config.host.system_prompt)
@@ -360,7 +406,7 @@ class Host:
             defs = self.tools.definitions()
             self._tool_def_tokens = self.count_text(json.dumps(defs)) if defs else 0
         breakdown = history_breakdown(
-            history,
+            shown,
             contributions,
             system_tokens=self._system_tokens,
             tool_def_tokens=self._tool_def_tokens,
@@ -385,7 +431,7 @@ class Host:
         prompt = assemble_prompt(
             self.config.host.system_prompt,
             contributions,
-            history,
+            shown,
             merge_system_messages=self.config.host.merge_system_messages,
         )
         return snap, prompt, usage, view
@@ -396,20 +442,54 @@ class Host:
         compression), the snapshot is read again and compared."""
         writes = self._writes.of(session_id)
         snap, prompt, usage, view = await self.build_prompt(session_id)
+        usage, tokens = self._with_reuse(session_id, prompt, usage)
         await self.bus.send(signals.TOKEN_USAGE, **usage.model_dump())
         result.usage.append(usage)
         await self._before_model_call(view)
-        if self._writes.of(session_id) == writes:
-            result.sent.append(prompt)
-            return prompt
-        again = await self.memory.snapshot(session_id)
-        if snapshot_key(again) != snapshot_key(snap):
-            snap, prompt, usage, view = await self.build_prompt(session_id)
-            usage = usage.model_copy(update={"rebuilt": True})
-            await self.bus.send(signals.TOKEN_USAGE, **usage.model_dump())
-            result.usage.append(usage)
+        if self._writes.of(session_id) != writes:
+            again = await self.memory.snapshot(session_id)
+            if snapshot_key(again) != snapshot_key(snap):
+                snap, prompt, usage, view = await self.build_prompt(session_id)
+                usage, tokens = self._with_reuse(session_id, prompt, usage, rebuilt=True)
+                await self.bus.send(signals.TOKEN_USAGE, **usage.model_dump())
+                result.usage.append(usage)
         result.sent.append(prompt)
+        self._remember_sent(session_id, prompt, tokens)
         return prompt
+
+    def _with_reuse(
+        self,
+        session_id: str,
+        prompt: list[dict[str, Any]],
+        usage: signals.TokenUsage,
+        *,
+        rebuilt: bool = False,
+    ) -> tuple[signals.TokenUsage, list[int]]:
+        """``usage`` with the prompt's message tokens and the prefix it shares with the last
+        prompt sent in the session, and each message's tokens. Only the messages after the
+        shared ones are counted: the others' counts are the last prompt's."""
+        last = self._last_sent.get(session_id)
+        if last is None:
+            tokens = [self._count_wire(m) for m in prompt]
+            reused = None
+        else:
+            same = shared_messages(last.messages, prompt)
+            tokens = [*last.tokens[:same], *(self._count_wire(m) for m in prompt[same:])]
+            reused = prefix_reuse(last.messages, prompt, self._count_wire, tokens=tokens).reused
+        update = {"message_tokens": sum(tokens), "reused_tokens": reused, "rebuilt": rebuilt}
+        return usage.model_copy(update=update), tokens
+
+    def _remember_sent(
+        self, session_id: str, prompt: list[dict[str, Any]], tokens: list[int]
+    ) -> None:
+        chars = sum(len(m["content"]) for m in prompt if isinstance(m.get("content"), str))
+        old = self._last_sent.pop(session_id, None)
+        self._last_sent_chars -= old.chars if old is not None else 0
+        self._last_sent[session_id] = SentPrompt(prompt, tokens, chars)
+        self._last_sent_chars += chars
+        while self._last_sent_chars > LAST_PROMPTS_CHARS and len(self._last_sent) > 1:
+            _, evicted = self._last_sent.popitem(last=False)
+            self._last_sent_chars -= evicted.chars
 
     # -- turns -------------------------------------------------------------------------------
     async def run_turn(

@@ -30,6 +30,7 @@ from . import signals
 from .config import HostConfig
 from .host import Host, TurnResult
 from .messages import Message
+from .prompt import PrefixReuse, reuse_shares
 from .transcripts import split_turns
 
 __all__ = [
@@ -93,6 +94,9 @@ class RunSeries:
     compressions: list[CompressionEvent] = field(default_factory=list)
     #: Final statuses that archived nothing, by status (``skipped``, ``error``).
     other_statuses: dict[str, int] = field(default_factory=dict)
+    #: Per model call after a session's first: (prompt tokens reused from the previous prompt's
+    #: prefix, prompt tokens), from ``token:usage``.
+    prefix: list[tuple[int, int]] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -105,6 +109,11 @@ class RunSeries:
 
     def over(self, limit: int) -> int:
         return sum(1 for c in self.context if c > limit)
+
+    @property
+    def prefix_reuse(self) -> tuple[float, float] | None:
+        """Share of prompt tokens reused from the previous prompt: pooled, median per call."""
+        return reuse_shares(PrefixReuse(*p) for p in self.prefix)
 
 
 @dataclass
@@ -154,6 +163,7 @@ class ReplayReport:
                     max=series.max,
                     mean=round(series.mean, 1),
                     over_window=series.over(self.context_window),
+                    prefix_reuse=series.prefix_reuse,
                 )
         out["fell_back"] = len(self.fell_back)
         return out
@@ -242,6 +252,9 @@ async def replay_series(
             if spawned:  # the compression this turn started, if any
                 await asyncio.wait(spawned, timeout=settle_s)
             sent = _sent(result)
+            series.prefix += [
+                (u.reused_tokens, u.message_tokens) for u in sent if u.reused_tokens is not None
+            ]
             messages = [m for m in result.messages if not m.is_marker]
             if sent:
                 used = max(u.used for u in sent)
@@ -495,6 +508,14 @@ def render_report(report: ReplayReport) -> str:
         ("turns over window", str(w.over(window)), str(b.over(window)) if b else "-"),
     ):
         lines.append(f"    {label:<17}{a:>12}   {c:>14}")
+    reuse = w.prefix_reuse
+    if reuse is not None:
+        bare = b.prefix_reuse if b is not None else None
+        lines.append(
+            f"  prompt prefix      {reuse[0]:.0%} of prompt tokens reused from the previous "
+            f"call's prompt (median per call {reuse[1]:.0%}, {len(w.prefix)} calls)"
+            + (f"; without the plugin {bare[0]:.0%}" if bare is not None else "")
+        )
     if not report.plugin_loaded:
         lines.append("  summary            (the memory-summary plugin is not loaded)")
     elif report.summary:

@@ -68,7 +68,13 @@ class TokenUsage(_Payload):
     ``used`` is the sum of the breakdown, reply reserve included; ``usage_ratio = used /
     context_window``. Counts are the host's; ``calibration`` is the provider's prompt tokens per
     host token for this model, and ``context_window`` (and the reply reserve) are the model's,
-    divided by it, so ``usage_ratio`` is the provider's usage."""
+    divided by it, so ``usage_ratio`` is the provider's usage.
+
+    ``message_tokens`` are the prompt's messages, each counted as the host counts a stored
+    message (tool definitions left out); ``reused_tokens`` how many of them open the prompt
+    exactly as the previous prompt the host sent in this session opened (what a provider's
+    prompt cache could reuse; ``None`` when there was none). Both are set on the agent loop's
+    calls only."""
 
     session_id: str
     model: str
@@ -80,6 +86,8 @@ class TokenUsage(_Payload):
     dry_run: bool = False
     rebuilt: bool = False
     calibration: float = 1.0
+    message_tokens: int = 0
+    reused_tokens: int | None = None
 
 
 class SessionCompress(_Payload):

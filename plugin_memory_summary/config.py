@@ -212,6 +212,25 @@ class MemorySummaryConfig(BaseModel):
             "tools; 0 = no such tools."
         ),
     )
+    prune_keep_tool_groups: int | None = Field(
+        default=3,
+        ge=0,
+        le=100_000,
+        description=(
+            "Tier 1, before any summary: the results of every tool-call group but the newest "
+            "this many are shown in the prompt as a one-line placeholder (the stored message "
+            "stays whole; `memory_expand` reopens it); unset = never."
+        ),
+    )
+    tool_result_max_share: float = Field(
+        default=0.25,
+        ge=0,
+        le=1,
+        description=(
+            "Tier 1: one tool result takes at most this share of the context window in the "
+            "prompt, cut with a note of what was left out (stored whole); 0 = no limit."
+        ),
+    )
     caps: PayloadCaps = Field(default_factory=PayloadCaps)
 
     @field_validator("redact_patterns")

@@ -225,6 +225,9 @@ def render_payload(payload: SummaryPayload, lang: str = "en") -> str:
     return "\n".join(out)
 
 
+_TERMINAL = (".", "!", "?", "…", "。", "！", "？", '"', "”", ")", "）")
+
+
 def excerpt_lines(excerpts: Sequence[Excerpt], *, per_line: int = 12) -> list[str]:
     """Excerpts in conversation order, one line per date (or stretch of nearby messages, at
     most ``per_line`` sentences): ``[8 May, 2023 #12-30] Caroline: … Melanie: …``; the speaker
@@ -244,13 +247,15 @@ def excerpt_lines(excerpts: Sequence[Excerpt], *, per_line: int = 12) -> list[st
             groups.append([e])
     lines = []
     for group in groups:
-        first, final = group[0].seq, group[-1].seq
+        first, final = group[0].seq, max(max(e.seq, e.to_seq) for e in group)
         seqs = f"#{first}" if first == final else f"#{first}-{final}"
         when = group[0].when.strip()
         parts: list[str] = []
         speaker = None
         for e in group:
             text = collapse_whitespace(e.text)
+            if not text.endswith(_TERMINAL):
+                text += "."  # items run on one line: each ends as a sentence
             if e.speaker and e.speaker != speaker:
                 text = f"{e.speaker}: {text}"
                 speaker = e.speaker

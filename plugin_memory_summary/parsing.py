@@ -19,6 +19,10 @@ from .text import collapse_whitespace
 
 __all__ = [
     "answer_gate",
+    "carries_instructions",
+    "debris_reason",
+    "echo_reason",
+    "looks_like_prose",
     "parse_summary_output",
     "payload_from_text",
     "plain_text_gate",
@@ -70,6 +74,25 @@ def _outermost_object(text: str) -> dict[str, Any] | None:
         objects = _json_objects(source)
         if objects:
             return objects[0]
+    return None
+
+
+def _partial_object(text: str) -> dict[str, Any] | None:
+    """The complete members of a JSON object cut off before its end (an answer that hit the
+    length limit): a string, list item or object left unfinished is dropped, not guessed."""
+    import pydantic_core
+
+    sources = [m.group(1) for m in _FENCE().finditer(text)] + [text]
+    for source in sources:
+        start = source.find("{")
+        if start == -1:
+            continue
+        try:
+            value = pydantic_core.from_json(source[start:], allow_partial=True)
+        except ValueError:
+            continue
+        if isinstance(value, dict) and value:
+            return value
     return None
 
 
@@ -204,16 +227,19 @@ def _coerce(data: dict[str, Any]) -> SummaryPayload | None:
     return SummaryPayload(**fields)
 
 
-def parse_summary_output(text: str) -> SummaryPayload | None:
+def parse_summary_output(text: str, *, partial: bool = False) -> SummaryPayload | None:
     """A model's answer parsed into a payload, tolerantly: code fences are stripped, the outermost
     JSON object is taken, seed-002 field names (``user_preferences``, ``resolved_points``,
     ``pending_questions``) are accepted as aliases, a string where a list belongs becomes a
     one-item list, and tasks / timeline entries may be plain strings. A field whose value cannot
     be read is left empty. ``None`` when there is no JSON object or no field of it carries
-    anything usable."""
+    anything usable. ``partial``: the answer was cut off at the length limit, so a JSON object
+    without its end is read for its complete members."""
     if not text or "{" not in text:
         return None
     data = _outermost_object(text)
+    if data is None and partial:
+        data = _partial_object(text)
     if data is None:
         return None
     if not (_KNOWN_KEYS & data.keys()):
@@ -273,50 +299,89 @@ _INSTRUCTIONS = lazy_regex(
     r"|\byou\s+are\s+now\b|\bnew\s+instructions?\s*:|\bfrom\s+now\s+on\s*,?\s+you\b"
     r"|忽略(?:之前|以上|先前|所有)(?:的)?(?:指令|指示|提示)|从现在起你"
 )
-#: An answer must still say at least this share of the previous summary's identifiers itself.
-_KEPT_IDENTIFIERS = 0.5
-#: ... or at least this share of its prose's length.
-_KEPT_TEXT = 0.25
 
 
-def answer_gate(text: str, previous: SummaryPayload | None) -> str | None:
+def carries_instructions(text: str) -> bool:
+    """``text`` tells an agent to drop its instructions or take a new role ("ignore previous
+    instructions", "you are now ..."): never worth keeping in a summary that goes back into a
+    system message."""
+    return _INSTRUCTIONS().search(text) is not None
+
+
+def answer_gate(text: str, previous: SummaryPayload | None = None) -> str | None:
     """Why a summarizer answer (JSON or prose, as the model wrote it) must be rejected whatever
     its form, or ``None``: it carries instructions to the agent ("ignore previous instructions",
-    "you are now ..."), which a summary of the past never needs, or it drops most of the
-    identifiers and most of the text the previous summary held (a hostile or broken answer that
-    keeps a URL is no summary of the same conversation, even if the merge would carry the
-    identifiers)."""
+    "you are now ..."), which a digest of the past never needs. (An answer that leaves out what
+    the previous summary held drops nothing: the model digests the new part only and the rules
+    engine merges; an identifier it makes up is left out by :mod:`.answers`.)"""
     match = _INSTRUCTIONS().search(text)
     if match:
         return f"carries instructions: {collapse_whitespace(match.group())[:60]!r}"
-    if previous is not None and len(previous.identifiers) >= 3:
-        kept = sum(1 for i in previous.identifiers if i in text)
-        # Most identifiers and most of the text gone: not a merge of the previous summary (an
-        # answer that only forgot some identifiers gets them carried by the merge instead).
-        shrunk = len(text) < _KEPT_TEXT * len(previous.summary)
-        if kept < _KEPT_IDENTIFIERS * len(previous.identifiers) and shrunk:
-            return (
-                f"dropped most of the previous summary ({kept} of "
-                f"{len(previous.identifiers)} identifiers kept)"
-            )
     return None
 
 
-def plain_text_gate(text: str, previous: SummaryPayload | None) -> str | None:
+_JSON_KEY = lazy_regex(r'"[^"\n]{1,40}"\s*:\s*[\[{"\d]')
+_BRACKET_LINE = lazy_regex(r"(?m)^\s*[\[\]{},]+\s*$")
+_SYNTAX = frozenset('{}[]":,')
+
+
+def debris_reason(text: str) -> str | None:
+    """Why ``text``, offered as prose, is a JSON fragment instead (``"key": value`` pairs, lines
+    of brackets, or mostly JSON punctuation), or ``None``: fragments are never stored as prose."""
+    stripped = text.strip()
+    if not stripped:
+        return None
+    if _JSON_KEY().search(stripped) or _BRACKET_LINE().search(stripped):
+        return "JSON fragments, not prose"
+    syntax = sum(1 for ch in stripped if ch in _SYNTAX)
+    if syntax / len(stripped) > 0.08:
+        return "JSON fragments, not prose"
+    return None
+
+
+_NGRAM = 4
+
+
+def _ngrams(text: str) -> set[tuple[str, ...]]:
+    words = text.lower().split()
+    return {tuple(words[i : i + _NGRAM]) for i in range(len(words) - _NGRAM + 1)}
+
+
+def echo_reason(text: str, instructions: str) -> str | None:
+    """Why ``text`` is an echo of the summarizer's own instructions (most of its word 4-grams
+    are theirs, or it repeats most of them), or ``None``."""
+    if "<transcript>" in text or "</transcript>" in text:
+        return "echoes the request"
+    theirs = _ngrams(instructions)
+    ours = _ngrams(text)
+    if not theirs or not ours:
+        return None
+    shared = len(ours & theirs)
+    if shared / len(ours) >= 0.5 or shared / len(theirs) >= 0.5:
+        return "echoes the request"
+    return None
+
+
+def looks_like_prose(text: str) -> bool:
+    """Plain text worth keeping: some words, mostly letters. (A leading bracket is fine: "[5:23
+    pm on 8 May] ..." is prose; a JSON fragment is caught by :func:`debris_reason`.)"""
+    stripped = text.strip()
+    if len(stripped) < 8:
+        return False
+    letters = sum(ch.isalpha() for ch in stripped)
+    return letters / len(stripped) >= 0.5
+
+
+def plain_text_gate(text: str, previous: SummaryPayload | None = None) -> str | None:
     """Why plain (non-JSON) summarizer output must be rejected, or ``None`` to accept it: it must
-    be non-empty, not a refusal, not an error dump, and keep every identifier of ``previous``."""
+    be non-empty, not a refusal, not an error dump and not JSON debris. (An identifier of the
+    previous summary the text does not repeat is no reason: the merge carries every one.)"""
     if not text or not text.strip():
         return "empty output"
-    reason = refusal_reason(text) or _error_reason(text)
-    if reason:
-        return reason
-    if previous is not None:
-        lost = [i for i in previous.identifiers if i not in text]
-        if lost:
-            shown = ", ".join(lost[:5])
-            more = f" (+{len(lost) - 5} more)" if len(lost) > 5 else ""
-            return f"lost identifiers: {shown}{more}"
-    return None
+    reason = refusal_reason(text) or _error_reason(text) or debris_reason(text)
+    if reason is None and not looks_like_prose(text):
+        reason = "neither JSON nor prose"
+    return reason
 
 
 def payload_from_text(text: str, previous: SummaryPayload | None) -> SummaryPayload:

@@ -28,6 +28,7 @@ from .decisions import (
     counters_after_run,
     plan_compression,
 )
+from .pruning import prune_replacements, pruned_costs, result_limit
 from .record import SummaryRecord, build_record, dump_record, read_record
 from .redact import Redactor
 from .scheduler import LOST_RACE, Result, SummarizerSlot, result
@@ -98,6 +99,7 @@ class Pipeline:
         self.sessions = sessions
         self.redactor = redactor
         self.name = name
+        self._prune_memo: dict[tuple[object, ...], tuple[str, int]] = {}
 
     # -- decisions on plain data ---------------------------------------------------------------
     def context_window(self, session_id: str) -> int:
@@ -119,6 +121,24 @@ class Pipeline:
             if m.role in ("user", "assistant") and not m.tool_calls
         )
 
+    def prune(self, messages: list[Message], window: int) -> dict[int, str]:
+        """Tier 1: what the prompt shows instead of old or oversized tool results (see
+        ``pruning``); the same answer for the host's prompt and for the plan."""
+        cfg = self.config
+        share = cfg.tool_result_max_share
+        if cfg.strategy == "off" or (cfg.prune_keep_tool_groups is None and not share):
+            return {}
+        return prune_replacements(
+            messages,
+            keep_tool_groups=(
+                len(messages) if cfg.prune_keep_tool_groups is None else cfg.prune_keep_tool_groups
+            ),
+            max_result_tokens=result_limit(window, share) if share else None,
+            count_tokens=self.tokens.count,
+            recall=self.tokens.recall,
+            memo=self._prune_memo,
+        )
+
     def plan(
         self,
         messages: list[Message],
@@ -128,6 +148,8 @@ class Pipeline:
         budget: int,
     ) -> CompressionPlan:
         cfg = self.config
+        # Planned on what the prompt shows: a pruned tool result costs its placeholder.
+        messages = pruned_costs(messages, self.prune(messages, window), self.tokens.count)
         soft, hard = cfg.auto_compress_threshold, cfg.hard_compress_threshold
         mark = {"auto": soft, "hard": hard}.get(reason)
         # Past the hard mark the soft one fired too: one blocking run aims under the lower mark.

@@ -170,6 +170,10 @@ class MemorySummaryPlugin:
         return Contribution(id=PLUGIN_NAME, anchor="context", content=cached[0])
 
     @hookimpl
+    def prune_history(self, view: PromptView) -> dict[int, str] | None:
+        return self.pipeline.prune(view.messages, view.context_window) or None
+
+    @hookimpl
     async def before_model_call(self, view: PromptView) -> None:
         if self.config.strategy == "off":
             return

@@ -21,6 +21,7 @@ from .config import PayloadCaps
 from .excerpts import content_keys, select_excerpts, split_long
 from .fitting import apply_caps, fit_lines, fit_to_budget, render_payload
 from .identifiers import extract_identifiers
+from .parsing import carries_instructions
 from .summary_model import (
     SOURCE_TIER,
     Excerpt,
@@ -31,7 +32,7 @@ from .summary_model import (
     sources_of,
     stronger_source,
 )
-from .text import collapse_whitespace, cut_text
+from .text import collapse_whitespace, cut_text, sentences
 
 __all__ = ["rules_merge"]
 
@@ -90,8 +91,6 @@ _DATE = lazy_regex(
     rf"|\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?\b"
     r"|\d{4}年\d{1,2}月(?:\d{1,2}[日号])?|\d{1,2}月\d{1,2}[日号]",
 )
-_BULLET = lazy_regex(r"^\s*(?:[-*•>]+|\d{1,3}[.)])\s+")
-_SENTENCE_END = lazy_regex(r"(?<=[.!?])\s+(?=\S)|(?<=[。！？])")
 _WORD = lazy_regex(r"[\p{L}\p{N}'’]+")
 _LATIN_WORD = lazy_regex(r"[A-Za-z][A-Za-z0-9'\-]{2,}")
 _CJK_RUN = lazy_regex(r"\p{Han}+")
@@ -119,21 +118,6 @@ class _Turn:
     calls: list[_Call] = field(default_factory=list)
 
 
-def _clean_sentence(text: str) -> str:
-    return collapse_whitespace(text.replace("**", "").replace("__", "").replace("`", ""))
-
-
-def _sentences(text: str) -> list[str]:
-    out: list[str] = []
-    for line in text.split("\n"):
-        line = _BULLET().sub("", line.strip())
-        for part in _SENTENCE_END().split(line):
-            sentence = _clean_sentence(part)
-            if sentence:
-                out.append(sentence)
-    return out
-
-
 def _digest(messages: Sequence[Message]) -> list[_Turn]:
     chat = [m for m in messages if not m.is_marker and m.role != "system"]
     results: dict[int, dict[str, str]] = {}
@@ -152,7 +136,7 @@ def _digest(messages: Sequence[Message]) -> list[_Turn]:
                 turn.when = prefix.group(1).strip()
                 turn.speaker = (prefix.group(2) or "").strip()
                 turn.text = text[prefix.end() :]
-            turn.sentences = _sentences(turn.text)
+            turn.sentences = sentences(turn.text)
         if message.role == "assistant" and message.tool_calls:
             by_id = results.get(index, {})
             turn.calls = [
@@ -173,7 +157,9 @@ def _is_ack(sentence: str) -> bool:
 
 
 def _is_substantive(sentence: str) -> bool:
-    if _is_ack(sentence):
+    # A sentence that instructs the agent is no fact, and the summary goes back in as a system
+    # message: it stays in the archive (``memory_search`` quotes it as data), not in the record.
+    if _is_ack(sentence) or carries_instructions(sentence):
         return False
     words = _words(sentence)
     han = sum(len(run) for run in _CJK_RUN().findall(sentence))
@@ -338,9 +324,9 @@ def _overview(turns: list[_Turn], excerpts: list[Excerpt], lang: str) -> str:
     last = max([t.seq for t in turns] + [e.seq for e in excerpts], default=0)
     generic = {"User", "Assistant", "用户", "助手"}
     ordered = sorted(excerpts, key=lambda e: (e.seq, e.text))
-    named = [e.speaker for e in ordered if e.speaker and e.speaker not in generic]
+    named = [e.speaker for e in ordered if e.speaker and not e.to_seq and e.speaker not in generic]
     speakers = list(dict.fromkeys(named))[:4]
-    dates = [e.when for e in sorted(excerpts, key=lambda e: e.seq) if e.when]
+    dates = [e.when for e in sorted(excerpts, key=lambda e: e.seq) if e.when and not e.to_seq]
     span = (dates[0], dates[-1]) if dates else None
     if lang.lower().startswith("zh"):
         parts = [f"已摘要第 1-{last} 条消息"]
@@ -365,9 +351,11 @@ def rules_merge(
     count_tokens: Callable[[str], int],
     caps: PayloadCaps,
     lang: str = "en",
+    digest: Sequence[Excerpt] = (),
 ) -> SummaryPayload:
     """``previous`` with ``messages`` folded in by rules (no model), within ``caps`` and
-    ``budget_tokens`` (measured as ``count_tokens(render_payload(result, lang))``).
+    ``budget_tokens`` (measured as ``count_tokens(render_payload(result, lang))``). ``digest``:
+    a summarizer's sentences on these messages, candidates for the record next to theirs.
 
     - summary: one overview line (messages covered, speakers, dates spanned);
     - goal: the newest user sentence that asks for something; else the previous goal;
@@ -448,7 +436,7 @@ def rules_merge(
 
     identifiers, identifier_sources = _rank_identifiers(prev, turns)
     identifiers = _within_share(identifiers, budget_tokens * _IDENTIFIER_SHARE, count_tokens)
-    new = _new_excerpts(turns, caps, lang)
+    new = [*_new_excerpts(turns, caps, lang), *digest]
     base = apply_caps(
         SummaryPayload(
             summary=_summary_text(prev, _overview(turns, [*prev.excerpts, *new], lang), caps),
@@ -506,8 +494,12 @@ def _within_share(identifiers: list[str], tokens: float, count: Callable[[str], 
 
 
 def _excerpt_bonus(excerpt: Excerpt) -> float:
-    """A stated preference or fact about oneself, or a confirmed action, is worth more than its
-    words alone."""
+    """A stated preference or fact about oneself, a confirmed action, or a summarizer's digest
+    sentence is worth more than its words alone."""
+    if excerpt.to_seq:
+        # A summarizer's digest sentence speaks for a range of messages; its opening sentence
+        # is what the model made of the range, kept before anything it only repeats.
+        return 10.0 if excerpt.part == 0 else 4.0
     if _PROFILE().search(excerpt.text) or _DECISION().search(excerpt.text):
         return 1.5
     return 0.0

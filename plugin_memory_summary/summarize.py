@@ -13,20 +13,20 @@ from typing import Any
 from host_stub.messages import Message, text_of
 from host_stub.services import LLMService
 
+from .answers import Answer, AnswerRejected, digest_excerpts, layer_answer, read_answer
 from .config import MemorySummaryConfig
 from .decisions import summary_growth
 from .fitting import apply_caps, fit_to_budget, render_payload
-from .parsing import answer_gate, parse_summary_output, payload_from_text, plain_text_gate
-from .prompts import build_summary_messages
+from .prompts import PAYLOAD_KEYS, SMALL_PAYLOAD_KEYS, build_summary_messages
 from .redact import RedactionError, Redactor
 from .render import render_transcript
 from .rules import rules_merge
 from .summary_model import SummaryPayload
+from .text import cut_text
 
 __all__ = [
     "SummarizeOutcome",
     "SummarizerError",
-    "looks_like_prose",
     "scrub_payload",
     "summarize_batches",
 ]
@@ -56,15 +56,8 @@ class SummarizeOutcome:
     #: Why the summarizer's answers were not used (each one made the fallback run).
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
-
-def looks_like_prose(text: str) -> bool:
-    """Plain text worth keeping: some words, mostly letters, not a JSON fragment."""
-    stripped = text.strip()
-    if len(stripped) < 20 or stripped[0] in "{[":
-        return False
-    letters = sum(ch.isalpha() for ch in stripped)
-    return letters / len(stripped) >= 0.5
+    #: Batches whose merge used the model's answer.
+    model_batches: int = 0
 
 
 def redact_messages(messages: Sequence[Message], redactor: Redactor) -> list[Message]:
@@ -148,23 +141,29 @@ def _scrub(payload: SummaryPayload, redactor: Redactor) -> SummaryPayload:
     )
 
 
-def _carry(previous: SummaryPayload | None, payload: SummaryPayload) -> SummaryPayload:
-    """What every merge keeps from the previous payload whatever the summarizer said: pinned
-    facts, the identifiers it already carried and where they came from (the caps then drop
-    tool-only identifiers before the ones a user typed)."""
+def _context(previous: SummaryPayload | None, lang: str) -> str:
+    """A few lines of the previous summary for the first request of a run: its overview line
+    and the goal (the whole summary would cost more than the part being digested)."""
     if previous is None:
-        return payload
-    identifiers = list(dict.fromkeys([*previous.identifiers, *payload.identifiers]))
-    return payload.model_copy(
-        update={
-            "pinned_facts": list(previous.pinned_facts),
-            "identifiers": identifiers,
-            "identifier_sources": {k: list(v) for k, v in previous.identifier_sources.items()},
-        }
-    )
+        return ""
+    lines = [line for line in previous.summary.strip().split("\n")[-2:] if line.strip()]
+    if previous.conversation_goal:
+        lines.append(("目标：" if lang.startswith("zh") else "Goal: ") + previous.conversation_goal)
+    return cut_text("\n".join(lines), 400)
 
 
-async def _llm_merge(
+def _answer_tokens(budget: int, batch_tokens: int, max_out: int | None) -> int:
+    """How long a digest to ask for: about a quarter of what it digests, within the summary
+    budget and half the model's output limit."""
+    want = min(budget, max(150, batch_tokens // 4))
+    return min(want, max(64, max_out // 2)) if max_out else want
+
+
+#: A model that may write fewer output tokens than this is asked for fewer fields.
+SMALL_OUTPUT = 1024
+
+
+async def _llm_answer(
     previous: SummaryPayload | None,
     batch: Sequence[Message],
     *,
@@ -176,31 +175,32 @@ async def _llm_merge(
     timeout: float,
     outcome: SummarizeOutcome,
     redactor: Redactor,
+    count_tokens: Callable[[str], int],
+    first: bool,
     deadline_bound: bool = False,
-) -> SummaryPayload:
+) -> Answer:
+    """One request for a digest of ``batch`` and what of its answer can be merged."""
     transcript = render_transcript(
         batch,
         tool_truncate_chars=config.tool_truncate_chars,
         message_truncate_chars=config.message_truncate_chars,
         lang=lang,
     )
-    # The previous summary and pinned facts leave for the summarizer too: a user's edit or pin,
-    # or a record written before a redact pattern was added, may hold a secret.
+    # The previous summary leaves for the summarizer too (once per run): a user's edit, or a
+    # record written before a redact pattern was added, may hold a secret.
     try:
-        shown = (
-            _redacted(previous.model_dump(exclude={"identifier_sources"}), redactor)
-            if previous
-            else None
-        )
+        context = redactor.redact(_context(previous, lang)) if first else ""
     except RedactionError as exc:
         raise SummarizerError(f"redaction of the previous summary failed: {exc}") from None
+    max_out = llm.max_output_tokens(model)
+    answer_tokens = _answer_tokens(budget, _tokens_of(batch, count_tokens), max_out)
     prompt = build_summary_messages(
-        previous={k: v for k, v in shown.items() if k != "pinned_facts"} if shown else None,
         transcript=transcript,
         lang=lang,
         custom_prompt=config.summary_prompt,
-        budget_tokens=budget,
-        pinned_facts=shown["pinned_facts"] if shown else (),
+        budget_tokens=answer_tokens,
+        context=context,
+        keys=SMALL_PAYLOAD_KEYS if max_out is not None and max_out < SMALL_OUTPUT else PAYLOAD_KEYS,
     )
     outcome.llm_calls += 1
     try:
@@ -227,8 +227,6 @@ async def _llm_merge(
         raise SummarizerError(f"{type(exc).__name__}: {first_line[:120]}") from None
     outcome.cost += completion.cost or 0.0
     outcome.input_tokens += completion.usage.prompt_tokens
-    if completion.finish_reason == "length":
-        raise SummarizerError("answer cut off (finish_reason=length)")
     text = completion.text or ""
     # Parsing, the gate and the identifier scan are linear but slow per character, and they run
     # on the event loop: an answer far beyond the budget is refused by its length alone.
@@ -237,22 +235,25 @@ async def _llm_merge(
             f"answer too long ({len(text):,} characters; "
             f"summary_reply_max_chars is {config.summary_reply_max_chars:,})"
         )
-    if not text.strip():
-        raise SummarizerError("empty answer")
-    gate = answer_gate(text, previous)
-    if gate is not None:
-        raise SummarizerError(f"answer rejected: {gate}")
-    parsed = parse_summary_output(text)
-    if parsed is not None and not parsed.summary.strip():
-        raise SummarizerError("answer rejected: JSON without a usable summary")
-    if parsed is None:
-        reason = plain_text_gate(text, previous)
-        if reason is None and not looks_like_prose(text):
-            reason = "neither JSON nor prose"
-        if reason is not None:
-            raise SummarizerError(f"answer rejected: {reason}")
-        parsed = payload_from_text(text, previous)
-    return _carry(previous, parsed)
+    cut_off = completion.finish_reason == "length"
+    source = "\n".join(
+        [transcript, *(text_of(m.content) for m in batch)]
+        + ([render_payload(previous, lang), *previous.pinned_facts] if previous else [])
+    )
+    try:
+        return read_answer(
+            text,
+            cut_off=cut_off,
+            instructions="\n".join(
+                [prompt[0]["content"], *prompt[1]["content"].split("<transcript>")[:1]]
+            ),
+            source=source,
+        )
+    except AnswerRejected as exc:
+        why = f"answer rejected: {exc}"
+        if cut_off:
+            why = f"answer cut off (finish_reason=length) and {why}"
+        raise SummarizerError(why) from None
 
 
 async def summarize_batches(
@@ -315,7 +316,7 @@ async def summarize_batches(
                 else min(config.summary_timeout_s, remaining)
             )
             try:
-                merged = await _llm_merge(
+                answer = await _llm_answer(
                     payload,
                     clean,
                     llm=llm,
@@ -326,6 +327,8 @@ async def summarize_batches(
                     timeout=timeout,
                     outcome=outcome,
                     redactor=redactor,
+                    count_tokens=count_tokens,
+                    first=outcome.llm_calls == 0,
                     deadline_bound=remaining is not None and remaining < config.summary_timeout_s,
                 )
             except SummarizerError as exc:
@@ -341,6 +344,31 @@ async def summarize_batches(
                     outcome.fallback = config.fallback
                     if config.fallback == "trim":
                         break
+            else:
+                # The model's digest, merged by the rules engine: its lists join the previous
+                # ones, its sentences compete for the record with the conversation's own.
+                outcome.model_batches += 1
+                outcome.notes.extend(n for n in answer.notes if n not in outcome.notes)
+                # Room for at least the answer's opening sentence (and the lines around it),
+                # even when the batch is too small for the growth rule to allow it.
+                opening = count_tokens(answer.digest[0]) + 40 if answer.digest else 0
+                merged = rules_merge(
+                    layer_answer(payload, answer),
+                    clean,
+                    budget_tokens=min(fit_budget, max(rules_budget, now + opening)),
+                    count_tokens=count_tokens,
+                    caps=config.caps,
+                    lang=lang,
+                    digest=digest_excerpts(answer, clean, lang),
+                )
+                if answer.payload.conversation_goal:
+                    # The model read the whole part: its goal over the newest request's words.
+                    goal = cut_text(
+                        answer.payload.conversation_goal,
+                        config.caps.goal_chars,
+                        marker_counts=True,
+                    )
+                    merged = merged.model_copy(update={"conversation_goal": goal})
         if merged is None:
             merged = rules_merge(
                 payload,

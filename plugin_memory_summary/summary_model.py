@@ -43,11 +43,14 @@ class TimelineEvent(BaseModel):
 
 
 class Excerpt(BaseModel):
-    """A sentence kept verbatim from the conversation, with the message it came from."""
+    """A sentence kept verbatim from the conversation, with the message it came from; or a
+    sentence of the summarizer's digest of a range of messages (``seq`` to ``to_seq``)."""
 
     model_config = ConfigDict(extra="ignore", defer_build=True)
 
     seq: int = 0
+    #: The last message it speaks for, when it digests a range (a summarizer's sentence).
+    to_seq: int = 0
     #: Its place among the sentences of that message.
     part: int = 0
     speaker: str = ""

@@ -12,7 +12,7 @@ from host_stub.messages import scrub_surrogates
 
 from ._patterns import lazy_regex
 
-__all__ = ["ELLIPSIS", "collapse_whitespace", "cut_text"]
+__all__ = ["ELLIPSIS", "collapse_whitespace", "cut_text", "sentences"]
 
 #: The marker appended to cut text.
 ELLIPSIS = "…"
@@ -71,3 +71,23 @@ def cut_text(text: str, limit: int, marker: str = ELLIPSIS, *, marker_counts: bo
         if space >= 0.6 * room:
             head = head[:space]
     return head.rstrip() + marker
+
+
+_BULLET = lazy_regex(r"^\s*(?:[-*•>]+|\d{1,3}[.)])\s+")
+_SENTENCE_END = lazy_regex(r"(?<=[.!?])\s+(?=\S)|(?<=[。！？])")
+
+
+def _clean_sentence(text: str) -> str:
+    return collapse_whitespace(text.replace("**", "").replace("__", "").replace("`", ""))
+
+
+def sentences(text: str) -> list[str]:
+    """``text``'s sentences, line by line, list bullets and markdown emphasis left out."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        line = _BULLET().sub("", line.strip())
+        for part in _SENTENCE_END().split(line):
+            sentence = _clean_sentence(part)
+            if sentence:
+                out.append(sentence)
+    return out

@@ -22,7 +22,7 @@ empty      an empty or blank answer
 garbage    not JSON, not prose (HTML, a JSON fragment, control characters)
 wrong_types JSON whose fields have the wrong types (the server: also a malformed body)
 oversized  a valid JSON summary far over any budget
-length     ``finish_reason="length"``: a cut-off JSON answer
+length     ``finish_reason="length"``: a cut-off answer (its unfinished end marked)
 slow       a valid answer, late
 ========== =========================================================================
 """
@@ -227,7 +227,8 @@ def _oversized(messages: Sequence[dict[str, Any]], rng: random.Random) -> str:
     )
 
 
-#: In every cut-off (``length``) answer, so a test can tell if one was ever stored.
+#: Ends the unfinished part of every cut-off (``length``) answer, so a test can tell if an
+#: unfinished item was ever stored.
 CUT_MARK = "CUT-OFF-ANSWER"
 
 #: Pieces of the failed answers and error messages served here (a JSON dump of a stored summary
@@ -249,15 +250,12 @@ LEAK_MARKERS = (
 
 
 def _cut(messages: Sequence[dict[str, Any]], rng: random.Random) -> str:
+    """An answer cut off at the length limit. Its complete items may be kept; what the cut left
+    unfinished ends with ``CUT_MARK``, so a stored mark means an unfinished item was stored."""
     whole = summary_from_messages(messages)
-    if whole.startswith("{"):
-        data = json.loads(whole)
-        whole = json.dumps({**data, "summary": f"{CUT_MARK} {data['summary']}"})
-    else:
-        whole = f"{CUT_MARK} {whole}"
     if rng.random() < 0.3:
         return whole  # looks whole, but the finish reason says it was cut
-    return whole[: max(1, int(len(whole) * rng.uniform(0.2, 0.9)))]
+    return whole[: max(1, int(len(whole) * rng.uniform(0.2, 0.9)))] + CUT_MARK
 
 
 _ERRORS: tuple[Callable[[], BaseException], ...] = (

@@ -88,6 +88,12 @@ def test_demo_replays_reports_and_plots(tmp_path: Path, capsys: pytest.CaptureFi
     row = re.search(r"^    max\s+([\d,]+)\s+([\d,]+)$", out, re.M)
     with_max, without_max = (int(v.replace(",", "")) for v in row.groups())
     assert with_max < 8000 < without_max
+    assert re.search(
+        r"^  prompt prefix      \d+% of prompt tokens reused from the previous call's prompt "
+        r"\(median per call \d+%, \d+ calls\)$",
+        out,
+        re.M,
+    )
     assert re.search(r"^  early facts        \d of 8 still in the summary", out, re.M)
     assert "final summary:" in out and "inspect it: host-stub summary demo" in out
     assert f"plot: {svg}" in out

@@ -62,6 +62,7 @@ def test_every_hook_signal_and_config_key_is_in_the_readme() -> None:
         "register_commands",
         "agent_prompt",
         "agent_tools",
+        "prune_history",
         "before_model_call",
         "shutdown",
     ]

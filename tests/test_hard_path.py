@@ -216,7 +216,7 @@ async def test_a_call_past_both_marks_runs_one_blocking_compression_only() -> No
         await fill_to(h, 0.35, pad=100, limit=200)
         assert not h.requests and not h.finals()
         result = await h.host.run_turn(
-            "s", "big " * 1200, recorded=[Message(role="assistant", content="ok")]
+            "s", "big " * 1000, recorded=[Message(role="assistant", content="ok")]
         )
         await h.plugin.wait_idle(timeout=30)
         first, rebuilt = result.usage

@@ -52,32 +52,34 @@ SESSION = "booking"
 USER_ID = "lena_ortiz_5120"
 
 FIRST_SUMMARY = {
-    "summary": "SUMMARY-A: the user reviewed reservations ZFA04Y and T9VR3L.",
+    "summary": "SUMMARY-A: the user reviewed reservations RSV000Q and RSV001Q.",
     "conversation_goal": "Change a flight booking",
-    "stable_facts": ["User id lena_ortiz_5120", "Reservation ZFA04Y is one-way JFK to SEA"],
+    "stable_facts": ["User id lena_ortiz_5120", "Reservation RSV000Q is confirmed"],
     "user_profile": ["Prefers window seats"],
     "decisions": ["Keep the economy cabin"],
     "open_questions": ["Which date to move to?"],
-    "in_progress_tasks": [
-        {"goal": "Move ZFA04Y", "done": ["looked it up"], "todo": ["pick a date"]}
-    ],
-    "timeline": [{"when": "turn 1", "event": "asked about ZFA04Y"}],
-    "retrieval_hints": ["reservation", "flight change"],
-    "identifiers": ["ZFA04Y", USER_ID],
+    "timeline": [{"when": "turn 1", "event": "asked about RSV001Q"}],
+    "identifiers": ["RSV000Q", USER_ID],
 }
 SECOND_SUMMARY = {
-    "summary": "SUMMARY-B: reservations up to turn 6 reviewed; 2 bags added to 8JX2WO.",
+    "summary": "SUMMARY-B: reservations up to turn 6 reviewed; 5 bags on RSV005Q.",
     "conversation_goal": "Change a flight booking",
-    "stable_facts": ["Reservation 8JX2WO has 2 checked bags"],
-    "decisions": ["Add 2 bags to 8JX2WO"],
-    "identifiers": ["8JX2WO"],
+    "stable_facts": ["Reservation RSV005Q has 5 checked bags"],
+    "decisions": ["Add bags to RSV005Q"],
+    "identifiers": ["RSV005Q"],
 }
 REFUSAL = "I'm sorry, I can't help with that."
 PROSE = (
-    "SUMMARY-PROSE: The user lena_ortiz_5120 first reviewed reservation ZFA04Y, then asked about "
-    "three more bookings and added two bags to one of them."
+    "SUMMARY-PROSE: The user lena_ortiz_5120 reviewed reservation RSV004Q, then asked about "
+    "two more bookings and their bags."
 )
-LENGTH_CUT = json.dumps({**SECOND_SUMMARY, "summary": "SUMMARY-CUT: this answer was cut off"})
+#: Cut off by the length limit inside its first field: no complete item.
+LENGTH_CUT = '{"summary": "SUMMARY-CUT: this answer was cut off before'
+#: Cut off by the length limit after two complete members: those are kept.
+LENGTH_PARTIAL = (
+    '{"summary": "SUMMARY-PARTIAL: RSV005Q has 5 bags.", "stable_facts": ["RSV006Q is '
+    'confirmed", "RSV004Q has 4 ba'
+)
 
 
 def turn(i: int) -> tuple[Message, list[Message]]:
@@ -223,7 +225,7 @@ async def first_compression(rig: Rig) -> dict[str, Any]:
     assert_summarizer_request(rig.server.requests[0], range(4), range(4, 5))
     record = await rig.record()
     assert record["text"].startswith("Goal: Change a flight booking")
-    assert "SUMMARY-A" in record["text"]
+    assert "Summary: SUMMARY-A" in record["text"]
     return record
 
 
@@ -238,9 +240,12 @@ async def second_compression(rig: Rig, reply: Any) -> tuple[dict[str, Any], dict
     assert len(rig.server.requests) == 2, "the summarizer request was retried or not sent"
     body = rig.server.requests[1]
     assert_summarizer_request(body, range(4, 7), [*range(0, 4), 7])
-    # Incremental: the previous summary goes along as JSON, the old turns do not.
-    assert "Existing summary (JSON):" in body["messages"][-1]["content"]
-    assert "SUMMARY-A" in body["messages"][-1]["content"]
+    # Incremental: a few lines of the previous summary go along as context, the old turns and
+    # the whole previous summary do not (the rules engine merges the model's digest into it).
+    user = body["messages"][-1]["content"]
+    assert "Earlier in the conversation (context only, already recorded):" in user
+    assert "Goal: Change a flight booking" in user.split("<transcript>")[0]
+    assert "SUMMARY-A" not in user
     return final, await rig.record(), elapsed
 
 
@@ -271,24 +276,23 @@ def assert_no_plugin_errors(caplog: pytest.LogCaptureFixture) -> None:
 # -- a valid answer -------------------------------------------------------------------------------
 
 
-async def test_json_answer_is_stored_field_by_field(
+async def test_json_answer_is_merged_field_by_field(
     rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:
     first = await first_compression(rig)
     payload = first["payload"]
-    for key in (
-        "summary",
-        "conversation_goal",
-        "stable_facts",
-        "user_profile",
-        "decisions",
-        "open_questions",
-        "retrieval_hints",
-        "identifiers",
-    ):
-        assert payload[key] == FIRST_SUMMARY[key], key
-    assert payload["in_progress_tasks"] == FIRST_SUMMARY["in_progress_tasks"]
-    assert payload["timeline"] == FIRST_SUMMARY["timeline"]
+    assert payload["conversation_goal"] == FIRST_SUMMARY["conversation_goal"]
+    assert payload["open_questions"] == FIRST_SUMMARY["open_questions"]
+    # The prose and the lists are the record's digest of the range the answer covers, next to
+    # the conversation's own sentences (a fact said twice is kept once).
+    digest = [e for e in payload["excerpts"] if e["speaker"] == "Summary"]
+    assert {(e["seq"], e["to_seq"]) for e in digest} == {(1, 16)}
+    texts = {e["text"] for e in digest}
+    assert FIRST_SUMMARY["summary"] in texts
+    # Items whose words the summary already holds elsewhere may be left out; these are not.
+    assert {"Prefers window seats", "Keep the economy cabin"} <= texts
+    assert "- [#1-16] Summary: SUMMARY-A: the user reviewed" in first["text"]
+    assert set(FIRST_SUMMARY["identifiers"]) <= set(payload["identifiers"])
     assert first["model"] == MODEL and first["fallback"] is None
     archived = await rig.archived()
     assert {m.archived for m in archived if not m.is_marker} == {"summarized"}
@@ -297,26 +301,42 @@ async def test_json_answer_is_stored_field_by_field(
     final, record, _ = await second_compression(rig, json.dumps(SECOND_SUMMARY))
     assert final["status"] == "done" and final["stats"]["messages_summarized"] == 12
     assert final["stats"]["model"] == MODEL and final["stats"]["fallback"] is None
-    assert record["payload"]["summary"] == SECOND_SUMMARY["summary"]
-    assert record["payload"]["decisions"] == SECOND_SUMMARY["decisions"]
+    merged = record["payload"]
+    # Merged, never replaced: the first answer's digest stays next to the second's.
+    texts = {e["text"] for e in merged["excerpts"]}
+    assert FIRST_SUMMARY["summary"] in texts and SECOND_SUMMARY["summary"] in texts
     # The identifiers of the old summary are carried whatever the model returns.
-    assert record["payload"]["identifiers"][:2] == ["ZFA04Y", USER_ID]
-    assert "8JX2WO" in record["payload"]["identifiers"]
+    assert {"RSV000Q", USER_ID, "RSV005Q"} <= set(merged["identifiers"])
+    assert "Summary: SUMMARY-B" in record["text"]
     assert record["compressions"] == 2 and record["_version"] > first["_version"]
     assert record["covered_up_to_seq"] > first["covered_up_to_seq"]
-    await assert_next_turns_carry(rig, ["SUMMARY-B", "8JX2WO", "ZFA04Y"], ["SUMMARY-A"])
+    await assert_next_turns_carry(rig, ["SUMMARY-B", "RSV005Q", "RSV000Q"], [])
     assert_no_plugin_errors(caplog)
 
 
-async def test_prose_answer_that_keeps_the_identifiers_is_accepted(rig: Rig) -> None:
+async def test_prose_answer_is_used_and_the_previous_identifiers_are_carried(rig: Rig) -> None:
     first = await first_compression(rig)
     final, record, _ = await second_compression(rig, PROSE)
     assert final["status"] == "done", final
-    assert record["payload"]["summary"] == PROSE
-    assert "SUMMARY-PROSE" in record["text"]
+    assert "Summary: SUMMARY-PROSE" in record["text"]
     assert record["model"] == MODEL and record["fallback"] is None
     assert set(first["payload"]["identifiers"]) <= set(record["payload"]["identifiers"])
+    # The first answer's digest is not emptied by a plain-text one (issue 17, point 2).
+    before = {e["text"] for e in first["payload"]["excerpts"]}
+    after = {e["text"] for e in record["payload"]["excerpts"]}
+    assert FIRST_SUMMARY["summary"] in before & after
     await assert_next_turns_carry(rig, ["SUMMARY-PROSE"], [])
+
+
+async def test_an_answer_cut_off_at_the_length_limit_keeps_its_complete_items(rig: Rig) -> None:
+    await first_compression(rig)
+    final, record, _ = await second_compression(rig, Reply.length(LENGTH_PARTIAL))
+    assert final["status"] == "done", final
+    assert "cut off" in final["reason"] and "complete items were kept" in final["reason"]
+    assert "Summary: SUMMARY-PARTIAL: RSV005Q has 5 bags." in record["text"]
+    texts = {e["text"] for e in record["payload"]["excerpts"]}
+    assert "RSV006Q is confirmed" in texts
+    assert not any(t.endswith("4 ba") for t in texts) and "4 ba." not in record["text"]
 
 
 # -- answers that must not be stored --------------------------------------------------------------
@@ -351,10 +371,16 @@ BAD = [
     Bad("length", Reply.length(LENGTH_CUT), "finish_reason=length", ("SUMMARY-CUT",)),
     Bad("empty", Reply.empty(), "empty answer", ()),
     Bad(
-        "prose-losing-identifiers",
-        "SUMMARY-LOST: the user asked about a few bookings today.",
-        "lost identifiers",
-        ("SUMMARY-LOST",),
+        "json-debris",
+        'SUMMARY-DEBRIS: },\n {\n "event": "I think they love playing games',
+        "JSON fragments",
+        ("SUMMARY-DEBRIS", "love playing games"),
+    ),
+    Bad(
+        "invented-identifiers",
+        "SUMMARY-INVENTED: booked lara-booking-guide-1234567890 for the user.",
+        "nothing usable",
+        ("SUMMARY-INVENTED", "lara-booking-guide-1234567890"),
     ),
 ]
 
@@ -372,8 +398,8 @@ async def test_unusable_answer_falls_back_to_the_rules_engine(
     # the new turns' codes arrive, nothing of the bad answer does.
     assert record["fallback"] == "rules" and record["model"] is None
     assert record["compressions"] == 2 and record["covered_up_to_seq"] > first["covered_up_to_seq"]
-    assert "SUMMARY-A" in record["payload"]["summary"]
-    assert {"ZFA04Y", USER_ID} <= set(record["payload"]["identifiers"])
+    assert "SUMMARY-A" in record["text"]
+    assert {"RSV000Q", USER_ID} <= set(record["payload"]["identifiers"])
     assert any(f"RSV{i:03d}Q" in record["text"] for i in range(4, 7))
     stored = json.dumps(record)
     for text in (*bad.forbidden, final["reason"]):

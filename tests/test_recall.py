@@ -87,7 +87,10 @@ async def _long_conversation(h: Any, session: str, first: str, turns: int) -> No
 
 async def test_a_fact_from_300_turns_ago_is_searched_and_answered() -> None:
     model = RecallModel("locker code climbing gym")
-    h = await make_harness(llm=ScriptedLLM(default=model))
+    # The summary would carry the code the user typed among its identifiers; with no room for
+    # identifiers and a summary too small for the first turn's sentence, only a search finds it.
+    small = {"caps": {"identifiers": 0}, "summary_max_tokens": 200}
+    h = await make_harness(small, llm=ScriptedLLM(default=model))
     try:
         await _long_conversation(h, "s", FACT, 300)
         # The fact is archived, and the summary does not hold it: only a search can find it.

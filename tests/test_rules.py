@@ -473,7 +473,7 @@ def test_extractive() -> None:
     allowed = set(regex.findall(r"\w+", source)) | {"Messages", "summarized", "between", "from"}
     allowed |= {"to", "on", "User", "Assistant", "part"}
     payload = merge(None, chat)
-    allowed |= {"1", *(str(n) for e in payload.excerpts for n in (e.seq, e.part))}  # positions
+    allowed |= {"1", *(str(n) for e in payload.excerpts for n in (e.seq, e.to_seq, e.part))}
     dumped = payload.model_dump_json(exclude={"identifiers"})
     produced = set(regex.findall(r"\w+", dumped))
     # A word cut short by a character cap (followed by "…") need only start an allowed word.
@@ -481,7 +481,7 @@ def test_extractive() -> None:
         w for w in regex.findall(r"(\w+)…", dumped) if any(a.startswith(w) for a in allowed)
     }
     keys = set(SummaryPayload.model_fields) | {"goal", "done", "todo", "when", "event"}
-    keys |= {"seq", "speaker", "text"}  # the keys of an excerpt
+    keys |= {"seq", "to_seq", "speaker", "text"}  # the keys of an excerpt
     keys |= set(IDENTIFIER_SOURCES)  # the keys of the identifier_sources bookkeeping field
     assert produced - allowed - keys - cut_short == set()
 

@@ -226,16 +226,23 @@ def test_p6_an_answer_that_carries_instructions_is_rejected() -> None:
     assert answer_gate('{"summary": "The user asked how to reset the router."}', None) is None
 
 
-def test_p6_an_answer_that_drops_most_previous_identifiers_is_rejected() -> None:
-    from plugin_memory_summary.parsing import answer_gate
+def test_p6_an_answer_that_only_makes_up_an_identifier_contributes_nothing() -> None:
+    # The model digests the new part only and the merge carries the previous summary, so an
+    # answer cannot drop it; a hostile one that keeps nothing but a made-up URL is unusable.
+    from plugin_memory_summary.answers import AnswerRejected, read_answer
 
-    previous = SummaryPayload(
-        summary="Mia (mia_li_3668) booked HAT136 to Seattle on 2024-05-20 with certificate "
-        "7504069; the reservation is ZFA04Y and her booking reference K7XQ2M. She prefers aisle "
-        "seats and asked about the JFK lounge, which is still open.",
-        identifiers=["K7XQ2M", "HAT136", "ZFA04Y", "mia_li_3668"],
+    source = "user: Mia (mia_li_3668) booked HAT136 with reservation ZFA04Y, ref K7XQ2M."
+    with pytest.raises(AnswerRejected, match="nothing usable"):
+        read_answer(
+            '{"summary": "See https://example.com"}',
+            cut_off=False,
+            instructions="Summarize the transcript.",
+            source=source,
+        )
+    kept = read_answer(
+        '{"summary": "Mia (mia_li_3668) booked HAT136, reservation ZFA04Y, ref K7XQ2M."}',
+        cut_off=False,
+        instructions="Summarize the transcript.",
+        source=source,
     )
-    only_a_url = '{"summary": "See https://example.com"}'
-    assert "dropped most of the previous summary" in (answer_gate(only_a_url, previous) or "")
-    keeps = '{"summary": "Mia (mia_li_3668) booked HAT136, reservation ZFA04Y, ref K7XQ2M."}'
-    assert answer_gate(keeps, previous) is None
+    assert kept.digest == ["Mia (mia_li_3668) booked HAT136, reservation ZFA04Y, ref K7XQ2M."]

@@ -1,0 +1,201 @@
+"""A summarizer's answer, read and made safe to merge.
+
+The model digests the new part of the conversation; the rules engine merges that digest into the
+previous summary (its record, identifiers, pinned facts, tasks are never the model's to drop).
+What is taken from an answer, whatever its form:
+
+- JSON (in a code fence or not): its fields. An answer cut off at the length limit keeps its
+  complete members; one with no complete member is unusable.
+- Plain prose that passes the gate (not empty, not a refusal, not an error dump, not JSON
+  debris, not an echo of the request): its sentences; cut off, its complete sentences.
+- Never: a sentence or item that is a JSON fragment, or that names an identifier found nowhere
+  in the conversation or the previous summary (an invented id would be carried for good).
+
+Only an answer with nothing left after this is rejected, and the rules engine merges alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from host_stub.messages import Message
+
+from .identifiers import extract_identifiers
+from .parsing import (
+    answer_gate,
+    debris_reason,
+    echo_reason,
+    parse_summary_output,
+    plain_text_gate,
+)
+from .summary_model import Excerpt, SummaryPayload
+from .text import collapse_whitespace, sentences
+
+__all__ = [
+    "DIGEST_SPEAKER",
+    "Answer",
+    "AnswerRejected",
+    "digest_excerpts",
+    "layer_answer",
+    "read_answer",
+]
+
+#: How a digest sentence is labelled in the record.
+DIGEST_SPEAKER = {"en": "Summary", "zh": "摘要"}
+
+_LISTS = ("stable_facts", "user_profile", "decisions", "open_questions")
+_LOOKS_JSON = ("{", "[", "```")
+
+
+class AnswerRejected(Exception):
+    """Nothing of the answer can be used (the reason is the message, never the answer)."""
+
+
+@dataclass
+class Answer:
+    """What an answer gives the merge: its fields (identifiers checked against the source) and
+    the sentences of its prose, plus notes on what was left out."""
+
+    payload: SummaryPayload
+    digest: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        p = self.payload
+        return not (
+            self.digest
+            or p.conversation_goal
+            or any(getattr(p, name) for name in _LISTS)
+            or p.timeline
+        )
+
+
+def _invented(text: str, source: str) -> list[str]:
+    return [i for i in extract_identifiers(text) if i not in source]
+
+
+def _complete_sentences(text: str) -> list[str]:
+    """The sentences of prose cut off mid-sentence, the unfinished last one left out."""
+    found = sentences(text)
+    if found and not found[-1].rstrip().endswith((".", "!", "?", "。", "！", "？", '"', ")")):
+        found = found[:-1]
+    return found
+
+
+def read_answer(text: str, *, cut_off: bool, instructions: str, source: str) -> Answer:
+    """``text`` read as JSON or prose (see the module doc). ``cut_off``: the answer hit the
+    length limit; ``instructions``: the request's own text (an echo of it is no answer);
+    ``source``: the conversation part and previous summary, where every identifier the answer
+    keeps must appear. Raises :class:`AnswerRejected` when nothing is usable."""
+    if not text.strip():
+        raise AnswerRejected("empty answer")
+    reason = answer_gate(text, None) or echo_reason(text, instructions)
+    if reason is not None:
+        raise AnswerRejected(reason)
+    notes: list[str] = []
+    parsed = parse_summary_output(text, partial=cut_off)
+    if parsed is None:
+        if text.lstrip().startswith(_LOOKS_JSON) and debris_reason(text) is not None:
+            raise AnswerRejected(
+                "JSON cut off before any complete item" if cut_off else "broken JSON"
+            )
+        reason = plain_text_gate(text)
+        if reason is not None:
+            raise AnswerRejected(reason)
+        prose = _complete_sentences(text) if cut_off else sentences(text)
+        parsed = SummaryPayload()
+        digest = prose
+    elif not parsed.summary.strip():
+        raise AnswerRejected("JSON without a usable summary")
+    else:
+        digest = sentences(parsed.summary)
+    if cut_off:
+        notes.append("answer cut off at the length limit: its complete items were kept")
+    kept, dropped = _clean_items(digest, source)
+    payload, dropped_fields = _clean_payload(parsed, source)
+    dropped += dropped_fields
+    if dropped:
+        notes.append(
+            f"{dropped} item(s) left out: JSON fragments or identifiers not in the conversation"
+        )
+    answer = Answer(payload=payload, digest=kept, notes=notes)
+    if answer.empty:
+        raise AnswerRejected(
+            "nothing usable in the answer" + (f" ({dropped} left out)" if dropped else "")
+        )
+    return answer
+
+
+def _usable(item: str, source: str) -> bool:
+    return bool(item.strip()) and debris_reason(item) is None and not _invented(item, source)
+
+
+def _clean_items(items: Sequence[str], source: str) -> tuple[list[str], int]:
+    kept = [collapse_whitespace(i) for i in items if _usable(i, source)]
+    return list(dict.fromkeys(kept)), len(items) - len(kept)
+
+
+def _clean_payload(parsed: SummaryPayload, source: str) -> tuple[SummaryPayload, int]:
+    dropped = 0
+    update: dict[str, object] = {"summary": ""}
+    for name in _LISTS:
+        items, n = _clean_items(getattr(parsed, name), source)
+        update[name] = items
+        dropped += n
+    timeline = [
+        e for e in parsed.timeline if _usable(e.event, source) and not _invented(e.when, source)
+    ]
+    dropped += len(parsed.timeline) - len(timeline)
+    update["timeline"] = timeline
+    goal = parsed.conversation_goal
+    update["conversation_goal"] = goal if goal and _usable(goal, source) else ""
+    # An identifier the model lists must be in the source: one that is nowhere is not one.
+    update["identifiers"] = [i for i in parsed.identifiers if i and i in source]
+    update["in_progress_tasks"] = []
+    update["retrieval_hints"] = []
+    return parsed.model_copy(update=update), dropped
+
+
+def layer_answer(previous: SummaryPayload | None, answer: Answer) -> SummaryPayload:
+    """``previous`` with the answer's checked identifiers and open questions added (the rules
+    engine then folds the batch into this; its lists and record stay, never replaced by what a
+    model left out)."""
+    prev = previous or SummaryPayload()
+    ids = list(dict.fromkeys([*prev.identifiers, *answer.payload.identifiers]))
+    # Its open questions join the previous ones; the rules engine drops those answered since.
+    questions = [q for q in prev.open_questions if q not in answer.payload.open_questions]
+    return prev.model_copy(
+        update={"identifiers": ids, "open_questions": [*questions, *answer.payload.open_questions]}
+    )
+
+
+def digest_excerpts(answer: Answer, batch: Sequence[Message], lang: str) -> list[Excerpt]:
+    """The answer as record lines for the range of messages it digests: its prose sentences,
+    then its facts, profile and decisions, then its dated events (under their dates). They
+    compete with the conversation's own sentences for the record, facts per token deciding, so
+    a model's answer adds what it says well and costs nothing where it repeats."""
+    seqs = [m.seq for m in batch if m.seq is not None]
+    if not seqs:
+        return []
+    speaker = DIGEST_SPEAKER["zh" if lang.lower().startswith("zh") else "en"]
+    p = answer.payload
+    texts = [*answer.digest, *p.stable_facts, *p.user_profile, *p.decisions]
+    out = [
+        Excerpt(seq=min(seqs), to_seq=max(seqs), part=i, speaker=speaker, text=text)
+        for i, text in enumerate(dict.fromkeys(texts))
+    ]
+    out += [
+        Excerpt(
+            seq=min(seqs),
+            to_seq=max(seqs),
+            part=len(out) + i,
+            speaker=speaker,
+            when=e.when,
+            text=e.event,
+        )
+        for i, e in enumerate(p.timeline)
+        if e.event
+    ]
+    return out

@@ -333,74 +333,81 @@ local function wanted(seq)
   end
   return r
 end
--- holders[t]: seq -> true for the candidates known to hold term t
-local holders, cands, ncands = {}, {}, 0
-local function hold(t, seq)
-  if not holders[t] then holders[t] = {} end
-  holders[t][seq] = true
-  if not cands[seq] then
-    cands[seq] = true
-    ncands = ncands + 1
+-- holders[t]: seq -> the term's frequency, for the candidates known to hold term t (all of
+-- them, complete[t], for the terms read whole or probed); est: seq -> summed idf
+local holders, complete, est, cands = {}, {}, {}, {}
+for t = 1, #terms do holders[t] = {} end
+local function hold(t, seq, tf)
+  if holders[t][seq] then return end
+  holders[t][seq] = tf
+  if not est[seq] then
+    est[seq] = 0
+    cands[#cands + 1] = seq
   end
+  est[seq] = est[seq] + idfs[t]
 end
 for t = 1, #terms do
   if reads[t] ~= 0 then
-    local seqs = redis.call('ZRANGE', base .. terms[t], 0, -1)
+    local post = redis.call('ZRANGE', base .. terms[t], 0, -1, 'WITHSCORES')
     if reads[t] > 0 then
       -- the sets are ordered by frequency: the newest postings are picked here
-      local nums = {}
-      for j, seq in ipairs(seqs) do nums[j] = tonumber(seq) end
-      table.sort(nums, function(a, b) return a > b end)
+      local newest = {}
+      for j = 1, #post, 2 do newest[#newest + 1] = {tonumber(post[j]), tonumber(post[j + 1])} end
+      table.sort(newest, function(a, b) return a[1] > b[1] end)
       local taken = 0
-      for _, seq in ipairs(nums) do
+      for _, item in ipairs(newest) do
         if taken >= reads[t] then break end
-        if wanted(seq) then
-          hold(t, seq)
+        if wanted(item[1]) then
+          hold(t, item[1], item[2])
           taken = taken + 1
         end
       end
     else
-      for _, seq in ipairs(seqs) do
-        seq = tonumber(seq)
-        if wanted(seq) then hold(t, seq) end
+      complete[t] = true
+      for j = 1, #post, 2 do
+        local seq = tonumber(post[j])
+        if wanted(seq) then hold(t, seq, tonumber(post[j + 1])) end
       end
     end
   end
 end
-if ncands == 0 then return {} end
+if #cands == 0 then return {} end
+local found = #cands
 local probed = 0
 for _, t in ipairs(order) do
   if reads[t] ~= -1 then
     if probed >= max_probes then break end
     probed = probed + 1
-    for seq in pairs(cands) do
-      if redis.call('ZSCORE', base .. terms[t], seq) then hold(t, seq) end
+    complete[t] = true
+    for j = 1, found do
+      local seq = cands[j]
+      local tf = redis.call('ZSCORE', base .. terms[t], seq)
+      if tf then hold(t, seq, tonumber(tf)) end
     end
   end
 end
-local items = {}
-for seq in pairs(cands) do
-  local est = 0
-  for _, t in ipairs(order) do
-    if holders[t] and holders[t][seq] then est = est + idfs[t] end
-  end
-  items[#items + 1] = {seq, est}
+local chosen = cands
+if #cands > rescore then
+  table.sort(cands, function(p, q)
+    if est[p] ~= est[q] then return est[p] > est[q] end
+    return p > q
+  end)
+  chosen = {}
+  for j = 1, rescore do chosen[j] = cands[j] end
 end
-table.sort(items, function(p, q)
-  if p[2] ~= q[2] then return p[2] > q[2] end
-  return p[1] > q[1]
-end)
 local scored = {}
-for j = 1, math.min(rescore, #items) do
-  local seq = items[j][1]
+for _, seq in ipairs(chosen) do
   local raw = redis.call('HGET', KEYS[1], seq)
   local len = tonumber(string.match(raw, '^(%S+)'))
   local norm = 1.2 * (1 - 0.75 + 0.75 * len / avg)
   local total = 0
   for t = 1, #terms do
     if idfs[t] > 0 then
-      local tf = tonumber(redis.call('ZSCORE', base .. terms[t], seq) or '0')
-      if tf > 0 then total = total + idfs[t] * tf * (1.2 + 1) / (tf + norm) end
+      local tf = holders[t][seq]
+      if tf == nil and not complete[t] then
+        tf = tonumber(redis.call('ZSCORE', base .. terms[t], seq) or '0')
+      end
+      if tf and tf > 0 then total = total + idfs[t] * tf * (1.2 + 1) / (tf + norm) end
     end
   end
   if total > 0 then scored[#scored + 1] = {seq, total, string.match(raw, '^%S+ (%d+)')} end

@@ -988,6 +988,42 @@ async def test_search_in_a_session_larger_than_its_budget_reads_what_the_plan_sa
         assert sorted(await _search_seqs(memory, "t", query)) == [1, 2]
 
 
+async def test_search_with_tight_limits_finds_what_the_reference_finds(
+    memory: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under limits far below the session's size (whole lists, conjunctions, the newest of one
+    term, probes and the cut to RESCORE all at work) every store returns what the in-memory
+    store returns: the same plan, read and ranked the same way."""
+    import random
+
+    from host_stub.memory import _search
+
+    monkeypatch.setattr(_search, "MAX_POSTINGS", 25)
+    monkeypatch.setattr(_search, "MAX_PARTIAL", 12)
+    monkeypatch.setattr(_search, "RESCORE", 15)
+    rng = random.Random(4)
+    words = [f"w{i}" for i in range(40)]
+    weights = [1 / (i + 1) for i in range(40)]  # a few words in most messages, most in few
+    messages = [
+        (user if i % 3 else assistant)(" ".join(rng.choices(words, weights, k=rng.randint(2, 9))))
+        for i in range(240)
+    ]
+    reference = InMemoryMemory(count_tokens)
+    for store in (memory, reference):
+        for i in range(0, len(messages), 60):
+            await store.append("s", messages[i : i + 60])
+        await store.append("other", messages[:30])
+    queries = [" ".join(rng.sample(words[:12], rng.randint(1, 4))) for _ in range(25)]
+    queries += [" ".join(rng.sample(words, rng.randint(2, 5))) for _ in range(15)]
+    queries.append(" ".join(words[::3]))  # many terms: many reads and probes in one statement
+    for query in queries:
+        for role in (None, "assistant"):
+            got = await memory.search("s", query, role=role)
+            want = await reference.search("s", query, role=role)
+            assert [h.message.seq for h in got] == [h.message.seq for h in want], (query, role)
+            assert [h.score for h in got] == pytest.approx([h.score for h in want]), query
+
+
 async def test_search_marks_active_and_archived_and_knows_the_date(memory: MemoryService) -> None:
     await memory.append("s", [user("the passport is in the blue folder"), assistant("noted")])
     await memory.append("s", [user("and the visa is in the blue folder too")])

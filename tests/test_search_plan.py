@@ -12,6 +12,7 @@ import pytest
 from host_stub.memory import _search
 from host_stub.memory._search import (
     Plan,
+    Read,
     choose,
     idf,
     index_terms,
@@ -24,40 +25,59 @@ from host_stub.memory._search import (
 
 def test_a_small_session_reads_every_list_whole() -> None:
     plan = plan_search(["a", "b", "c"], [5, 0, 900], n_docs=1000, total_len=10_000, budget=1000)
-    assert plan.reads == [None, 0, None]
-    assert plan.probes == [] and plan.partial is None and plan.whole == [0, 2]
+    assert plan.reads == [Read((0,), None), Read((2,), None)]  # rarest first; "b" is nowhere
+    assert plan.probes == [] and plan.bounded == [] and plan.whole == [0, 2]
     assert plan.avg_len == 10.0
 
 
-def test_a_large_session_reads_the_rarest_lists_then_the_newest_of_the_next() -> None:
-    # Rarest first: "r" (40) and "s" (300) fit in 1,000; "c" (5,000) gives the other 660 from
-    # its newest postings; "d" (80,000) gives none; "x" is in no message.
+def test_a_large_session_reads_rare_lists_whole_then_common_terms_together() -> None:
+    # "r" (40) and "s" (300) fit in 1,000 whole. "c" (0.5% of the messages) and "d" (8%) do
+    # not: the messages holding both (about 400 if independent) fill the other 660.
     plan = plan_search(
         ["c", "r", "d", "x", "s"], [5000, 40, 80_000, 0, 300], 1_000_000, 2e7, budget=1000
     )
-    assert plan.reads == [660, None, 0, 0, None]
-    assert plan.whole == [1, 4] and plan.partial == (0, 660)
+    assert plan.reads == [Read((1,), None), Read((4,), None), Read((0, 2), 660)]
+    assert plan.whole == [1, 4]
     # The terms not read whole are probed among the candidates, rarest first, at most
     # max_probes of them; a term no message holds is never probed.
     assert plan.probes == [0, 2]
     assert plan_search(["c", "r", "d"], [5000, 40, 80_000], 10**6, 1e7, max_probes=1).probes == [0]
 
 
-def test_when_the_rarest_list_alone_is_over_the_budget_only_its_newest_are_read() -> None:
+def test_conjunctions_go_most_selective_first_then_the_newest_of_the_rarest() -> None:
+    # Three common terms: all three together (about 6 messages), then each pair by its
+    # estimate, each up to twice its estimate plus 16; what is left (at most MAX_PARTIAL):
+    # the newest of the rarest.
+    plan = plan_search(["a", "b", "c"], [30_000, 10_000, 20_000], 10**6, 1e7, budget=1000)
+    assert plan.reads == [
+        Read((1, 2, 0), 28),
+        Read((1, 2), 416),
+        Read((1, 0), 556),
+    ]
     plan = plan_search(["a", "b"], [7000, 3000], 10**6, 1e7, budget=1000)
-    assert plan.reads == [0, 1000] and plan.whole == [] and plan.probes == [1, 0]
+    assert plan.reads == [Read((1, 0), 58), Read((1,), _search.MAX_PARTIAL)]
+    assert plan.probes == [1, 0]
+    # Only the rarest CONJOINED of them, MAX_CONJUNCTIONS combinations at most.
+    plan = plan_search(list("abcdef"), [2000] * 6, 10**6, 1e7, budget=1000)
+    assert all(set(r.terms) <= {0, 1, 2} for r in plan.reads)
+    assert 0 < len([r for r in plan.reads if len(r.terms) > 1]) <= _search.MAX_CONJUNCTIONS
 
 
 def test_equal_frequencies_go_in_query_order() -> None:
     plan = plan_search(["a", "b", "c"], [600, 600, 600], 10**6, 1e7, budget=1000)
-    assert plan.reads == [None, 400, 0]
+    assert plan.reads[0] == Read((0,), None)
+    assert plan.reads[1].terms == (1, 2)
+    assert plan.reads[-1] == Read((1,), min(382, _search.MAX_PARTIAL))
 
 
 def test_the_module_limits_are_read_at_call_time(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_search, "MAX_POSTINGS", 10)
+    monkeypatch.setattr(_search, "MAX_PARTIAL", 3)
     monkeypatch.setattr(_search, "MAX_PROBES", 0)
     plan = plan_search(["a", "b"], [4, 50], 100, 1000.0)
-    assert plan.reads == [None, 6] and plan.probes == []
+    assert plan.reads == [Read((0,), None), Read((1,), 3)] and plan.probes == []
+    # A search asking for more results reads as many.
+    assert plan_search(["a", "b"], [4, 50], 100, 1000.0, limit=20).reads[-1] == Read((1,), 16)
     monkeypatch.setattr(_search, "RESCORE", 1)
     assert choose(plan, {0: {1, 2}}) == [2]
     assert choose(plan, {0: {1, 2}}, limit=2) == [1, 2]  # never fewer than asked for
@@ -148,6 +168,6 @@ def test_the_readme_states_the_limits_the_code_has() -> None:
     from pathlib import Path
 
     text = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
-    assert f"reads at most {_search.MAX_POSTINGS:,} postings" in text
+    assert f"reads about {_search.MAX_POSTINGS:,} postings at most" in text
     assert f"the {_search.RESCORE} best by the rarity" in text
     assert f"a session of up to {_search.MAX_POSTINGS:,} messages every match" in text

@@ -22,20 +22,23 @@ the idf ``log((N - df + 0.5) / (df + 0.5))``, at least 1e-6), with the lent term
 N, df and the average length taken from the searched session alone.
 
 Bounded work, however large the session (:func:`plan_search`, :func:`choose`). A search reads
-at most :data:`MAX_POSTINGS` postings: the query's terms go rarest first, each one's whole
-posting list while the lists read so far fit; the first that does not fit gives only its newest
-postings, the commoner terms none. Those postings are the candidates: a message holding only
-common query words ranks low anyway (the MaxScore idea). The terms not read whole are then
-probed among the candidates (which of them hold it; an indexed intersection, cheap), each
-candidate is estimated by the summed idf of the query terms it holds, and only the
-:data:`RESCORE` best by that estimate are scored in full (term frequencies and lengths read).
-In a session of at most :data:`MAX_POSTINGS` messages every list is read whole, so the
-candidates are all the matches; the estimate then only decides which of them are scored.
+about :data:`MAX_POSTINGS` postings at most: the query's terms go rarest first, each one's
+whole posting list while the lists read so far fit; then, of the terms too common to read
+whole, the messages holding two or more of them together (indexed intersections, the most
+selective first, the newest of each), and the newest messages holding the rarest of them. Those
+messages are the candidates: a message holding only common query words ranks low anyway (the
+MaxScore idea), one holding several of them does not. The terms not read whole are then probed
+among the candidates (which of them hold it; an indexed intersection, cheap), each candidate is
+estimated by the summed idf of the query terms it holds, and only the :data:`RESCORE` best by
+that estimate are scored in full (term frequencies and lengths read). In a session of at most
+:data:`MAX_POSTINGS` messages every list is read whole, so the candidates are all the matches;
+the estimate then only decides which of them are scored.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import unicodedata
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -48,6 +51,7 @@ __all__ = [
     "MAX_POSTINGS",
     "RESCORE",
     "Plan",
+    "Read",
     "choose",
     "idf",
     "index_terms",
@@ -72,7 +76,14 @@ MAX_CONTEXT_TERMS = 400
 CONTEXT_SPAN = 50
 #: Postings a search reads at most (its candidates), however large the session: see
 #: :func:`plan_search`.
-MAX_POSTINGS = 4000
+MAX_POSTINGS = 1000
+#: Newest postings read at most of the rarest term that does not fit whole (see
+#: :func:`plan_search`).
+MAX_PARTIAL = 100
+#: Of the terms that do not fit whole, the rarest this many are read in conjunctions ...
+CONJOINED = 3
+#: ... of which this many at most (the most selective).
+MAX_CONJUNCTIONS = 4
 #: Candidates scored in full at most (more when a search asks for more results): see
 #: :func:`choose`.
 RESCORE = 50
@@ -339,19 +350,27 @@ def idf(n_docs: int, df: int) -> float:
 
 
 @dataclass(frozen=True)
+class Read:
+    """One read of a search: the messages holding every one of ``terms`` (query term indexes),
+    all of them (``limit`` ``None``) or the ``limit`` newest."""
+
+    terms: tuple[int, ...]
+    limit: int | None
+
+
+@dataclass(frozen=True)
 class Plan:
     """What one search reads, for a query's ``terms`` with document frequencies ``dfs`` in a
     session of ``n_docs`` indexed messages whose average length is ``avg_len``.
 
-    ``reads[i]``: how much of term i's posting list is read: ``None`` all of it, ``k > 0`` its
-    ``k`` newest postings, ``0`` nothing. The postings read are the candidates. ``probes``: the
-    terms not read whole that are looked up among the candidates (which of them hold it)."""
+    ``reads``: what is read; the messages found are the candidates. ``probes``: the terms not
+    read whole that are looked up among the candidates (which of them hold it)."""
 
     terms: list[str]
     dfs: list[int]
     n_docs: int
     avg_len: float
-    reads: list[int | None]
+    reads: list[Read]
     probes: list[int]
 
     @property
@@ -361,12 +380,12 @@ class Plan:
     @property
     def whole(self) -> list[int]:
         """The terms whose whole posting list is read."""
-        return [i for i, read in enumerate(self.reads) if read is None]
+        return [r.terms[0] for r in self.reads if r.limit is None]
 
     @property
-    def partial(self) -> tuple[int, int] | None:
-        """``(term, k)``: the term of which only the ``k`` newest postings are read, if any."""
-        return next(((i, r) for i, r in enumerate(self.reads) if r), None)
+    def bounded(self) -> list[Read]:
+        """The reads of the newest messages only (conjunctions, the newest of one term)."""
+        return [r for r in self.reads if r.limit is not None]
 
 
 def plan_search(
@@ -382,28 +401,51 @@ def plan_search(
     """The :class:`Plan` for a search (``total_len``: the session's indexed messages' summed
     length) that asks for ``limit`` results (the budget is never below it).
 
-    A session of at most ``budget`` messages: every posting list is read whole. Otherwise the
-    terms go rarest first (ties: query order); each list is read whole while the lists read so
-    far hold at most ``budget`` postings; the first that does not fit gives the rest of the
-    budget from its newest postings, and the commoner terms nothing. The terms not read whole
-    (the rarest ``max_probes`` of them) are probed among the candidates."""
+    A session of at most ``budget`` messages: every posting list is read whole. Otherwise, with
+    the terms rarest first (ties: query order):
+
+    1. each term's whole list while the lists read so far hold at most ``budget`` postings;
+    2. of the rest (the rarest :data:`CONJOINED` of them), the messages holding two or more of
+       them together: each combination, most selective first (its size estimated with the terms
+       taken as independent), its newest messages up to twice that estimate (at least 16),
+       while the estimate fits in what is left of the budget, :data:`MAX_CONJUNCTIONS` at most:
+       a message holding several query words outranks one holding a single common word;
+    3. what is left of the budget (at most :data:`MAX_PARTIAL`): the newest messages holding
+       the rarest of the rest.
+
+    The terms not read whole (the rarest ``max_probes`` of them) are probed among the
+    candidates."""
     budget = max(MAX_POSTINGS if budget is None else budget, limit)
+    partial = max(MAX_PARTIAL, limit)
     max_probes = MAX_PROBES if max_probes is None else max_probes
-    reads: list[int | None]
     order = sorted((i for i in range(len(dfs)) if dfs[i] > 0), key=lambda i: (dfs[i], i))
+    reads: list[Read] = []
     if n_docs <= budget:
-        reads = [None if df > 0 else 0 for df in dfs]
+        reads = [Read((i,), None) for i in order]
     else:
-        reads = [0] * len(dfs)
         left = budget
         for i in order:
-            if dfs[i] <= left:
-                reads[i] = None
-                left -= dfs[i]
-            else:
-                reads[i] = left
+            if dfs[i] > left:
                 break
-    probes = [i for i in order if reads[i] is not None][:max_probes]
+            reads.append(Read((i,), None))
+            left -= dfs[i]
+        rest = order[len(reads) :]
+        head = rest[:CONJOINED]
+        combos = [c for size in range(2, len(head) + 1) for c in itertools.combinations(head, size)]
+
+        def estimate(combo: tuple[int, ...]) -> float:
+            return math.prod(dfs[i] for i in combo) / n_docs ** (len(combo) - 1)
+
+        for combo in sorted(combos, key=lambda c: (estimate(c), c))[:MAX_CONJUNCTIONS]:
+            if estimate(combo) > left:
+                break  # not selective: its messages would not fit
+            cap = min(left, 2 * math.ceil(estimate(combo)) + 16)
+            reads.append(Read(combo, cap))
+            left -= cap
+        if left > 0 and rest:
+            reads.append(Read((rest[0],), min(left, partial)))
+    whole = {r.terms[0] for r in reads if r.limit is None}
+    probes = [i for i in order if i not in whole][:max_probes]
     return Plan(
         terms=list(terms),
         dfs=list(dfs),

@@ -242,18 +242,41 @@ class InMemoryMemory:
                 limit=limit,
             )
             holders: dict[int, set[int]] = {}
-            for i, read in enumerate(plan.reads):
-                if read == 0:
-                    continue
-                posting = postings.get(terms[i], {})
-                seqs: Iterable[int] = reversed(posting) if read else posting
+            found: list[set[int]] = []
+            for read in plan.reads:
+                lists = [postings.get(terms[i], {}) for i in read.terms]
+                smallest = min(lists, key=len)
+                # Oldest first in each posting dict; newest first when only the newest count.
+                seqs: Iterable[int] = reversed(smallest) if read.limit else smallest
+                if len(lists) > 1:
+                    seqs = (s for s in seqs if all(s in other for other in lists))
                 if role is not None:
                     seqs = (s for s in seqs if session.messages[s].role == role)
-                holders[i] = set(itertools.islice(seqs, read))
-            candidates = set().union(*holders.values())
+                got = set(itertools.islice(seqs, read.limit))
+                found.append(got)
+                for i in read.terms:
+                    holders.setdefault(i, set()).update(got)
+            candidates = set().union(*found)
+            # The probes look among the candidates holding a term read whole, and those from the
+            # oldest message read on holding the term read newest first (as the SQL stores do;
+            # those of a conjunction were found by the larger ones, read first).
+            whole = [postings.get(terms[i], {}) for i in plan.whole]
+            newest = [
+                (r.terms[0], postings.get(terms[r.terms[0]], {}), min(got))
+                for r, got in zip(plan.reads, found, strict=True)
+                if r.limit and got and len(r.terms) == 1
+            ]
             for i in plan.probes:
                 posting = postings.get(terms[i], {})
-                holders.setdefault(i, set()).update(s for s in candidates if s in posting)
+                holders.setdefault(i, set()).update(
+                    s
+                    for s in candidates
+                    if s in posting
+                    and (
+                        any(s in w for w in whole)
+                        or any(s >= low and s in p and t != i for t, p, low in newest)
+                    )
+                )
             scores = score(
                 plan,
                 (

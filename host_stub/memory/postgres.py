@@ -51,7 +51,7 @@ import contextlib
 import hashlib
 import json
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
@@ -84,6 +84,7 @@ from ._search import (
     CONTEXT_WEIGHT,
     Indexed,
     Plan,
+    Read,
     choose,
     distinct_terms,
     doc_length,
@@ -575,18 +576,31 @@ class PostgresMemory:
                 float(stats["search_length"]),
                 limit=limit,
             )
-            sql, args = _reads_sql(plan, key, role, int(stats["last_seq"]))
-            if not sql:
-                return []
+            # The newest of one term first: the probes among them start at the oldest found.
+            newest: dict[int, list[int]] = {}
+            for n, read in enumerate(plan.reads):
+                if read.limit is not None and len(read.terms) == 1:
+                    newest[n] = await self._newest(
+                        conn, plan, read, key, role, int(stats["last_seq"])
+                    )
+            sql, args = _reads_sql(plan, key, role, newest)
+            tagged: dict[str, set[int]] = {}
+            for r in await conn.fetch(self._sql(sql), key, *args) if sql else []:
+                tagged[r["tag"]] = set(r["seqs"])
             holders: dict[int, set[int]] = {}
-            for r in await conn.fetch(self._sql(sql), key, *args):
-                holders.setdefault(int(r["i"]), set()).update(r["seqs"])
-            found = set().union(
-                *(holders.get(i, set()) for i, read in enumerate(plan.reads) if read != 0)
-            )
+            found: set[int] = set()
+            for n, read in enumerate(plan.reads):
+                got = set(newest[n]) if n in newest else tagged.get(f"r{n}", set())
+                if read.limit is not None and len(got) > read.limit:
+                    got = set(sorted(got)[-read.limit :])  # a conjunction's newest
+                found |= got
+                for i in read.terms:
+                    holders.setdefault(i, set()).update(got)
             if not found:
                 return []
-            chosen = choose(plan, {i: seqs & found for i, seqs in holders.items()}, limit)
+            for i in plan.probes:
+                holders.setdefault(i, set()).update(tagged.get(f"p{i}", set()) & found)
+            chosen = choose(plan, holders, limit)
             entries = await conn.fetch(
                 self._sql(
                     "SELECT seq, search::text AS v, length FROM {p}search_docs"
@@ -624,6 +638,29 @@ class PostgresMemory:
                 _rows_to_messages([r for r, _ in hits]), hits, strict=True
             )
         ]
+
+    async def _newest(
+        self, conn: Any, plan: Plan, read: Read, key: int, role: str | None, last_seq: int
+    ) -> list[int]:
+        """The seqs of the newest postings of the one term of ``read`` (as many as its limit,
+        fewer if the session has fewer). Looked for among the newest seqs: first in a window
+        half as long again as should hold them (the term's density in the session taken as
+        even), the window four times longer each time it held too few, so the primary key bounds
+        the rows visited."""
+        [i], k = read.terms, read.limit or 0
+        span = (3 * k * last_seq) // (2 * max(1, plan.dfs[i])) + 1
+        query = _quote_lexeme(_lexeme(key, plan.terms[i]))
+        role_sql = " AND role = $5" if role is not None else ""
+        sql = self._sql(
+            "SELECT seq FROM {p}search_docs WHERE search_key = $1 AND seq >= $2"
+            f" AND search @@ $3::tsquery{role_sql} ORDER BY seq DESC LIMIT $4"
+        )
+        while True:
+            since = max(1, last_seq - span)
+            rows = await conn.fetch(sql, key, since, query, k, *([role] if role else []))
+            if len(rows) >= k or since == 1:
+                return [int(r["seq"]) for r in rows]
+            span *= 4
 
     async def get_range(self, session_id: str, from_seq: int, to_seq: int) -> list[Message]:
         async with self._conn() as conn:
@@ -1354,14 +1391,17 @@ def _legacy_entry(vector: str) -> Indexed:
     return own, lent
 
 
-def _reads_sql(plan: Plan, key: int, role: str | None, last_seq: int) -> tuple[str, list[Any]]:
+def _reads_sql(
+    plan: Plan, key: int, role: str | None, newest: Mapping[int, Sequence[int]]
+) -> tuple[str, list[Any]]:
     """The statement that reads a plan's postings and probes (``$1`` the session's key, the
-    returned arguments after it): rows ``(i, seqs)``, the seqs known to hold query term i.
+    returned arguments after it; ``""`` when there is nothing to read): rows ``(tag, seqs)``,
+    the seqs of read n (``r<n>``: all of a conjunction, its newest taken after) and those probe
+    term i found (``p<i>``: among the messages holding a term read whole, or from the oldest of
+    ``newest`` on, the newest of one term read before: read n -> its seqs).
 
-    The lexemes carry the session's key, so a term's GIN posting list is this session's alone.
-    The newest postings of the term read in part are taken from the newest seqs, in a window
-    twice as long as should hold them (its density in the session taken as even), so the
-    primary key bounds the rows that statement visits."""
+    The lexemes carry the session's key, so a term's GIN posting list is this session's alone,
+    and a conjunction is intersected inside the index."""
     args: list[Any] = []
 
     def param(value: Any) -> str:
@@ -1372,37 +1412,29 @@ def _reads_sql(plan: Plan, key: int, role: str | None, last_seq: int) -> tuple[s
     role_sql = f" AND role = {param(role)}" if role is not None else ""
     where = "FROM {p}search_docs WHERE search @@ "
     parts: list[str] = []
-    head = ""
-    for i in plan.whole:
-        parts.append(f"SELECT {i} AS i, seq {where}{param(quoted[i])}::tsquery{role_sql}")
-    partial = plan.partial
-    if partial is not None:
-        i, k = partial
-        window = max(1, last_seq - 2 * k * last_seq // max(1, plan.dfs[i]))
-        head = (
-            "WITH p AS MATERIALIZED (SELECT seq FROM {p}search_docs WHERE search_key = $1"
-            f" AND seq >= {param(window)} AND search @@ {param(quoted[i])}::tsquery{role_sql}"
-            f" ORDER BY seq DESC LIMIT {param(k)}) "
-        )
-        parts.append(f"SELECT {i} AS i, seq FROM p")
+    for n, read in enumerate(plan.reads):
+        if n not in newest:
+            query = " & ".join(quoted[i] for i in read.terms)
+            parts.append(f"SELECT 'r{n}' AS tag, seq {where}{param(query)}::tsquery{role_sql}")
     any_whole = " | ".join(quoted[i] for i in plan.whole)
     for i in plan.probes:
         if any_whole:
             query = f"{quoted[i]} & ({any_whole})"
-            parts.append(f"SELECT {i} AS i, seq {where}{param(query)}::tsquery{role_sql}")
-        if partial is not None and i != partial[0]:
-            query = f"{quoted[i]} & {quoted[partial[0]]}"
-            parts.append(
-                f"SELECT {i} AS i, seq FROM {{p}}search_docs WHERE search_key = $1"
-                f" AND seq >= (SELECT min(seq) FROM p) AND search @@ {param(query)}::tsquery"
-                f"{role_sql}"
-            )
+            parts.append(f"SELECT 'p{i}' AS tag, seq {where}{param(query)}::tsquery{role_sql}")
+        for n, seqs in newest.items():
+            [term] = plan.reads[n].terms
+            if seqs and term != i:
+                query = f"{quoted[i]} & {quoted[term]}"
+                parts.append(
+                    f"SELECT 'p{i}' AS tag, seq FROM {{p}}search_docs WHERE search_key = $1"
+                    f" AND seq >= {param(min(seqs))} AND search @@ {param(query)}::tsquery"
+                    f"{role_sql}"
+                )
     if not parts:
         return "", []
-    if "$1" not in head + " ".join(parts):
-        # The statement takes the session's key as $1 whether or not it reads it.
-        parts[0] += " AND $1::bigint IS NOT NULL"
-    sql = f"{head}SELECT i, array_agg(seq) AS seqs FROM ({' UNION ALL '.join(parts)}) r GROUP BY i"
+    # The statement takes the session's key as $1 whether or not a part reads it.
+    parts[0] += " AND $1::bigint IS NOT NULL"
+    sql = f"SELECT tag, array_agg(seq) AS seqs FROM ({' UNION ALL '.join(parts)}) r GROUP BY tag"
     return sql, args
 
 

@@ -96,7 +96,14 @@ from ._common import (
     to_datetime,
     tokens_of,
 )
-from ._search import CONTEXT_SPAN, CONTEXT_WEIGHT, context_of, own_terms, query_terms
+from ._search import (
+    CONTEXT_SPAN,
+    CONTEXT_WEIGHT,
+    context_of,
+    own_terms,
+    plan_search,
+    query_terms,
+)
 
 __all__ = ["RedisMemory", "redact_url"]
 
@@ -275,68 +282,47 @@ end
 return out
 """
 
-# KEYS: xd, xf, m, x; ARGV: index base, limit, role ('' = any), postings budget, rescore, probes
-# at most, terms... -> flat list seq, record, reason, score, stored at (ms), best first.
-# The plan, estimate and score of host_stub/memory/_search.py (plan_search, choose, score).
+# KEYS: xd, m, x; ARGV: index base, limit, role ('' = any), rescore, average length, n terms,
+# terms..., their idfs..., n reads, reads ("<limit, -1: all>:<term>,<term>...", 1-based)...,
+# probes (1-based terms)... -> flat list seq, record, reason, score, stored at (ms), best first.
+# Carries out a plan of host_stub/memory/_search.py (plan_search), then choose and score.
 _SEARCH = r"""
-local n = redis.call('HLEN', KEYS[1])
-if n == 0 then return {} end
-local avg = tonumber(redis.call('HGET', KEYS[2], '#len') or '0') / n
-if avg <= 0 then avg = 1 end
 local base, limit, role = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local budget, rescore, max_probes = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local rescore, avg = tonumber(ARGV[4]), tonumber(ARGV[5])
 if rescore < limit then rescore = limit end
-if budget < limit then budget = limit end
-local terms, dfs, idfs, order = {}, {}, {}, {}
-for i = 7, #ARGV do
-  local t = #terms + 1
-  terms[t] = ARGV[i]
-  dfs[t] = tonumber(redis.call('HGET', KEYS[2], ARGV[i]) or '0')
-  if dfs[t] > 0 then
-    local w = math.log((n - dfs[t] + 0.5) / (dfs[t] + 0.5))
-    if w <= 0 then w = 1e-6 end
-    idfs[t] = w
-    order[#order + 1] = t
-  else
-    idfs[t] = 0
-  end
+if avg <= 0 then avg = 1 end
+local nt = tonumber(ARGV[6])
+local terms, idfs = {}, {}
+for t = 1, nt do
+  terms[t] = ARGV[6 + t]
+  idfs[t] = tonumber(ARGV[6 + nt + t])
 end
-table.sort(order, function(a, b)
-  if dfs[a] ~= dfs[b] then return dfs[a] < dfs[b] end
-  return a < b
-end)
--- reads[t]: -1 the whole list, k > 0 its k newest postings, 0 nothing
+local at = 7 + 2 * nt
+local nr = tonumber(ARGV[at])
 local reads = {}
-for t = 1, #terms do reads[t] = 0 end
-if n <= budget then
-  for _, t in ipairs(order) do reads[t] = -1 end
-else
-  local left = budget
-  for _, t in ipairs(order) do
-    if dfs[t] <= left then
-      reads[t] = -1
-      left = left - dfs[t]
-    else
-      reads[t] = left
-      break
-    end
-  end
+for r = 1, nr do
+  local cap, list = string.match(ARGV[at + r], '^(-?%d+):(.*)$')
+  local ts = {}
+  for t in string.gmatch(list, '%d+') do ts[#ts + 1] = tonumber(t) end
+  reads[r] = {tonumber(cap), ts}
 end
+local probes = {}
+for j = at + nr + 1, #ARGV do probes[#probes + 1] = tonumber(ARGV[j]) end
 local roles = {}
 local function wanted(seq)
   if role == '' then return true end
   local r = roles[seq]
   if r == nil then
-    local _, got = head(redis.call('HGET', KEYS[3], seq))
+    local _, got = head(redis.call('HGET', KEYS[2], seq))
     r = got == role
     roles[seq] = r
   end
   return r
 end
 -- holders[t]: seq -> the term's frequency, for the candidates known to hold term t (all of
--- them, complete[t], for the terms read whole or probed); est: seq -> summed idf
+-- them, complete[t], for the terms read whole); est: seq -> summed idf
 local holders, complete, est, cands = {}, {}, {}, {}
-for t = 1, #terms do holders[t] = {} end
+for t = 1, nt do holders[t] = {} end
 local function hold(t, seq, tf)
   if holders[t][seq] then return end
   holders[t][seq] = tf
@@ -346,43 +332,72 @@ local function hold(t, seq, tf)
   end
   est[seq] = est[seq] + idfs[t]
 end
-for t = 1, #terms do
-  if reads[t] ~= 0 then
-    local post = redis.call('ZRANGE', base .. terms[t], 0, -1, 'WITHSCORES')
-    if reads[t] > 0 then
-      -- the sets are ordered by frequency: the newest postings are picked here
-      local newest = {}
-      for j = 1, #post, 2 do newest[#newest + 1] = {tonumber(post[j]), tonumber(post[j + 1])} end
-      table.sort(newest, function(a, b) return a[1] > b[1] end)
-      local taken = 0
-      for _, item in ipairs(newest) do
-        if taken >= reads[t] then break end
-        if wanted(item[1]) then
-          hold(t, item[1], item[2])
-          taken = taken + 1
-        end
-      end
-    else
-      complete[t] = true
-      for j = 1, #post, 2 do
-        local seq = tonumber(post[j])
-        if wanted(seq) then hold(t, seq, tonumber(post[j + 1])) end
-      end
+local windows = {}  -- the newest of one term: {term, oldest seq read}
+for _, read in ipairs(reads) do
+  local cap, ts = read[1], read[2]
+  -- the smallest posting set, newest first; the others looked up (the sets are ordered by
+  -- frequency, not seq)
+  local first = ts[1]
+  for _, t in ipairs(ts) do
+    if redis.call('ZCARD', base .. terms[t]) < redis.call('ZCARD', base .. terms[first]) then
+      first = t
     end
   end
+  local post = redis.call('ZRANGE', base .. terms[first], 0, -1, 'WITHSCORES')
+  local items = {}
+  for j = 1, #post, 2 do items[#items + 1] = {tonumber(post[j]), tonumber(post[j + 1])} end
+  if cap >= 0 then table.sort(items, function(a, b) return a[1] > b[1] end) end
+  local taken, oldest = 0, nil
+  for _, item in ipairs(items) do
+    if cap >= 0 and taken >= cap then break end
+    local seq = item[1]
+    local tfs, all = {}, true
+    for _, t in ipairs(ts) do
+      if t == first then
+        tfs[t] = item[2]
+      else
+        local tf = redis.call('ZSCORE', base .. terms[t], seq)
+        if not tf then
+          all = false
+          break
+        end
+        tfs[t] = tonumber(tf)
+      end
+    end
+    if all and wanted(seq) then
+      for _, t in ipairs(ts) do hold(t, seq, tfs[t]) end
+      taken = taken + 1
+      oldest = seq
+    end
+  end
+  if cap < 0 then complete[ts[1]] = true end
+  if cap >= 0 and #ts == 1 and oldest then windows[#windows + 1] = {ts[1], oldest} end
 end
 if #cands == 0 then return {} end
+-- the probes look among the candidates holding a term read whole, and those from the oldest
+-- of the newest of one term on holding that term (as the SQL stores do)
 local found = #cands
-local probed = 0
-for _, t in ipairs(order) do
-  if reads[t] ~= -1 then
-    if probed >= max_probes then break end
-    probed = probed + 1
-    complete[t] = true
-    for j = 1, found do
-      local seq = cands[j]
-      local tf = redis.call('ZSCORE', base .. terms[t], seq)
-      if tf then hold(t, seq, tonumber(tf)) end
+for _, u in ipairs(probes) do
+  for j = 1, found do
+    local seq = cands[j]
+    local look = false
+    for t in pairs(complete) do
+      if holders[t][seq] then
+        look = true
+        break
+      end
+    end
+    if not look then
+      for _, w in ipairs(windows) do
+        if w[1] ~= u and seq >= w[2] and holders[w[1]][seq] then
+          look = true
+          break
+        end
+      end
+    end
+    if look then
+      local tf = redis.call('ZSCORE', base .. terms[u], seq)
+      if tf then hold(u, seq, tonumber(tf)) end
     end
   end
 end
@@ -401,7 +416,7 @@ for _, seq in ipairs(chosen) do
   local len = tonumber(string.match(raw, '^(%S+)'))
   local norm = 1.2 * (1 - 0.75 + 0.75 * len / avg)
   local total = 0
-  for t = 1, #terms do
+  for t = 1, nt do
     if idfs[t] > 0 then
       local tf = holders[t][seq]
       if tf == nil and not complete[t] then
@@ -420,8 +435,8 @@ local out = {}
 for j = 1, math.min(limit, #scored) do
   local item = scored[j]
   out[#out + 1] = item[1]
+  out[#out + 1] = redis.call('HGET', KEYS[2], item[1])
   out[#out + 1] = redis.call('HGET', KEYS[3], item[1])
-  out[#out + 1] = redis.call('HGET', KEYS[4], item[1])
   out[#out + 1] = string.format('%.17g', item[2])
   out[#out + 1] = item[3]
 end
@@ -884,8 +899,37 @@ class RedisMemory:
             return []
         _, m, _, _, x = self._session_keys(session_id)
         xd, xf, _, base = self._index_keys(session_id)
-        plan = [_search.MAX_POSTINGS, _search.RESCORE, _search.MAX_PROBES]
-        flat = await self._run("search", [xd, xf, m, x], [base, limit, role or "", *plan, *terms])
+        with self._errors():
+            async with self._client.pipeline(transaction=False) as pipe:
+                pipe.hlen(xd)
+                pipe.hget(xf, "#len")
+                pipe.hmget(xf, terms)
+                n_docs, total, dfs = await pipe.execute()
+        if not n_docs:
+            return []
+        plan = plan_search(
+            terms, [int(df or 0) for df in dfs], int(n_docs), float(total or 0), limit=limit
+        )
+        if not plan.reads:
+            return []
+        reads = [
+            f"{-1 if r.limit is None else r.limit}:{','.join(str(i + 1) for i in r.terms)}"
+            for r in plan.reads
+        ]
+        args = [
+            base,
+            limit,
+            role or "",
+            _search.RESCORE,
+            repr(plan.avg_len),
+            len(terms),
+            *terms,
+            *(repr(w) for w in plan.idfs),
+            len(reads),
+            *reads,
+            *(i + 1 for i in plan.probes),
+        ]
+        flat = await self._run("search", [xd, m, x], args)
         return [
             SearchHit(
                 message=_message(flat[i], flat[i + 1], flat[i + 2]),

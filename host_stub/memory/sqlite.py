@@ -976,21 +976,37 @@ def _search(
         (ids,) = db.execute(f"SELECT group_concat(id) FROM ({sql})", args).fetchone()
         return set(map(int, ids.split(","))) if ids else set()
 
-    holders: dict[int, set[int]] = {i: match(quoted[i], roles=True) for i in plan.whole}
-    partial = plan.partial
-    if partial is not None:
-        holders[partial[0]] = match(quoted[partial[0]], newest=partial[1], roles=True)
-    candidates: set[int] = set().union(*holders.values())
+    holders: dict[int, set[int]] = {}
+    found: list[set[int]] = []  # rowids, per read
+    for read in plan.reads:
+        query = " AND ".join(quoted[i] for i in read.terms)
+        if len(read.terms) == 1:
+            got = match(query, newest=read.limit, roles=True)
+        else:
+            # An intersection read whole is small, and FTS5 walks it backwards slowly.
+            got = match(query, roles=True)
+            if read.limit is not None and len(got) > read.limit:
+                got = set(sorted(got)[-read.limit :])
+        found.append(got)
+        for i in read.terms:
+            holders.setdefault(i, set()).update(got)
+    candidates: set[int] = set().union(*found)
     if not candidates:
         return []
-    # Which candidates hold the terms not read whole: FTS5 intersects the lists.
+    # Which candidates hold the terms not read whole: FTS5 intersects the lists (the whole lists
+    # over the session, the newest of one term from its oldest message read on). Those found
+    # by a conjunction are not probed: the conjunctions of more terms, read first, found them.
     any_whole = " OR ".join(quoted[i] for i in plan.whole)
+    newest = [(r, got) for r, got in zip(plan.reads, found, strict=True) if r.limit and got]
     for i in plan.probes:
-        found = match(f"{quoted[i]} AND ({any_whole})", roles=False) if any_whole else set()
-        if partial is not None and i != partial[0] and holders[partial[0]]:
-            window = min(holders[partial[0]]) & _SEQ_MASK
-            found |= match(f"{quoted[i]} AND {quoted[partial[0]]}", since=window, roles=False)
-        holders.setdefault(i, set()).update(found & candidates)
+        hold: set[int] = set()
+        if any_whole:
+            hold |= match(f"{quoted[i]} AND ({any_whole})", roles=False)
+        for r, got in newest:
+            if len(r.terms) == 1 and i not in r.terms:
+                query = f"{quoted[i]} AND {quoted[r.terms[0]]}"
+                hold |= match(query, since=min(got) & _SEQ_MASK, roles=False)
+        holders.setdefault(i, set()).update(hold & candidates)
     chosen = choose(plan, holders, limit)  # rowids: in one session, in the order of the seqs
     entries = _rows_in(db, "SELECT id, c0, c1 FROM search_content WHERE id IN ({})", (), chosen)
     index = {t: i for i, t in enumerate(terms)}

@@ -106,17 +106,14 @@ class Store:
 
             conn = await asyncpg.connect(PG_URL)
             try:
-                gin = await conn.fetchval(
-                    f"SELECT pg_relation_size('\"{self.tag}\".messages_search')"
-                )
-                columns = await conn.fetchval(
-                    "SELECT sum(pg_column_size(search) + coalesce(pg_column_size(search_length),"
-                    f' 0)) FROM "{self.tag}".messages'
-                )
-                counts = await conn.fetchval(
-                    f"SELECT pg_total_relation_size('\"{self.tag}\".search_terms')"
-                )
-                return int(gin) + int(columns or 0) + int(counts)
+                total = 0
+                for table in ("search_docs", "search_terms"):
+                    total += int(
+                        await conn.fetchval(
+                            f"SELECT pg_total_relation_size('\"{self.tag}\".{table}')"
+                        )
+                    )
+                return total
             finally:
                 await conn.close()
         if self.backend == "redis":
@@ -518,7 +515,7 @@ async def main() -> None:
                 for group, g in r["groups"].items():
                     where = {
                         "large": f"the large session ({r['large_session']:,})",
-                        "other": f"{r['sessions'] - 1:,} sessions of {r['session_size']:,}",
+                        "other": f"{r['sessions'] - 1:,} other sessions of {r['session_size']:,}",
                         "all": f"{r['sessions']:,} sessions",
                     }[group]
                     latency.add(
@@ -550,8 +547,9 @@ async def main() -> None:
         f"the first {exhaustive_queries} queries of each kind (the exhaustive ranking reads every "
         "posting and scores every candidate); append = one message per call, its search index "
         "update included; bulk load = 1,000 messages per append call; index size: SQLite the "
-        "FTS5 tables and the term counts (dbstat), PostgreSQL the GIN index, the tsvector and "
-        "length columns and the term counts, Redis the memory of the index keys.",
+        "FTS5 tables and the term counts (dbstat), PostgreSQL the search_docs table (its GIN "
+        "and primary-key indexes included) and the term counts, Redis the memory of the index "
+        "keys.",
         f"Search limits: at most {_search.MAX_POSTINGS:,} postings read, {_search.RESCORE} "
         f"candidates scored in full, {_search.MAX_PROBES} terms probed (host_stub/memory/"
         "_search.py).",

@@ -24,15 +24,17 @@ kept when many connections write at once:
   checks it, so no acquisition slips in before its commit.
 
 - Search: a table of its own, ``search_docs`` (session key, seq, role, length, ``tsvector``),
-  one narrow row per indexed message: the tsvector is kept out of line (``toast_tuple_target``
-  128), so the row visits a search makes stay in a small heap, not in the messages'. A GIN
-  index on the tsvector (no pending list: ``fastupdate`` off); its lexemes are
+  one row per indexed message, about half as wide as a message row: each posting a search reads
+  costs a visit to its row (a GIN index holds no column), so those rows stay apart from the
+  messages' bodies. A GIN index on the tsvector (no pending list: ``fastupdate`` off); its lexemes are
   ``<session key>_<term>`` (the key from ``sessions.search_key``), so a lexeme's posting list
   is one session's; positions carry the weight class (A a message's own term, B a lent one).
   ``search_terms`` (each term's document frequency per session key) and the session's
   ``search_docs``/``search_length`` are written in the transaction that indexes or unindexes,
-  under the session's row lock. A search follows ``_search.plan_search`` in four statements:
-  the counts; the postings and probes (one statement of ``@@`` reads); the chosen candidates'
+  under the session's row lock. A search follows ``_search.plan_search`` in four or five
+  statements: the counts; the newest postings of one term, if planned (from a widening window
+  of the newest seqs); the other reads and the probes (one statement of ``@@`` reads, a
+  conjunction intersected in the index); the chosen candidates'
   tsvectors (frequencies parsed from their text form); the messages found. A tsvector keeps at
   most 256 positions of a lexeme, so a term repeated more often in one message counts 256 times.
 
@@ -149,8 +151,8 @@ _MIGRATIONS: dict[int, list[str]] = {
     # of its next holder keeps growing.
     2: ["ALTER TABLE {p}leases ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0"],
     # 3 -> 4: a search reads only the postings it needs (see _search.plan_search), from a table
-    # of its own: ``search_docs``, one narrow row per indexed message (its tsvector kept out of
-    # line, so a search's many row visits stay in a small, cached heap, not the messages'). Each
+    # of its own: ``search_docs``, one row per indexed message, without the message's body (a
+    # search visits the row of each posting it reads). Each
     # session gets a key its lexemes start with ("<key>_<term>"), so the GIN index holds one
     # posting list per session and term; and what BM25 ranks with: the number and total length
     # of a session's indexed messages, each message's length, each term's document frequency.
@@ -167,7 +169,7 @@ _MIGRATIONS: dict[int, list[str]] = {
             length     double precision NOT NULL,
             search     tsvector NOT NULL,
             PRIMARY KEY (search_key, seq)
-        ) WITH (toast_tuple_target = 128)""",
+        )""",
         # No pending list: every search reads several posting lists, none has to scan one (new
         # entries go straight into the index, at some cost to appends).
         "CREATE INDEX IF NOT EXISTS search_docs_search ON {p}search_docs USING gin (search)"

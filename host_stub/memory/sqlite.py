@@ -43,11 +43,12 @@ Search. An FTS5 table (``search``: a message's own terms and the terms it is len
 space-joined) holds a session's entries as one rowid range (``key << 32 | seq``); next to it,
 ``search_sessions`` (each session's key, number and total length of entries) and
 ``search_terms`` (each term's document frequency in each session), written in the transactions
-that write the entries. A search follows ``_search.plan_search``: it reads the chosen posting
-lists (``group_concat`` of the rowids, ``ORDER BY rowid DESC LIMIT k`` for the newest), probes
-the other terms with FTS5 ``AND`` queries, and scores the candidates ``_search.choose`` picks from
-FTS5's content table (``search_content``). FTS5's own ``bm25`` is not used: it ranks every match
-and takes its statistics from every session of the file.
+that write the entries. A search follows ``_search.plan_search``: it reads the planned lists and
+conjunctions (``group_concat`` of the rowids; ``ORDER BY rowid DESC LIMIT k`` for the newest of
+one term; an ``AND`` query read whole, its newest kept, as FTS5 walks those backwards slowly),
+probes the other terms with FTS5 ``AND`` queries, and scores the candidates ``_search.choose``
+picks from FTS5's content table (``search_content``). FTS5's own ``bm25`` is not used: it ranks
+every match and takes its statistics from every session of the file.
 
 Tracing. :meth:`SQLiteMemory.set_trace_callback` installs a ``sqlite3`` trace callback on the
 connection. It runs in the worker thread just before each statement (``BEGIN`` and ``COMMIT``

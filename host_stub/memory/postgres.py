@@ -26,9 +26,10 @@ kept when many connections write at once:
 - Search: a table of its own, ``search_docs`` (session key, seq, role, length, ``tsvector``),
   one row per indexed message, about half as wide as a message row: each posting a search reads
   costs a visit to its row (a GIN index holds no column), so those rows stay apart from the
-  messages' bodies. A GIN index on the tsvector (no pending list: ``fastupdate`` off); its lexemes are
-  ``<session key>_<term>`` (the key from ``sessions.search_key``), so a lexeme's posting list
-  is one session's; positions carry the weight class (A a message's own term, B a lent one).
+  messages' bodies. A GIN index on the tsvector (no pending list: ``fastupdate`` off); its
+  lexemes are ``<session key>_<term>`` (the key from ``sessions.search_key``), so a lexeme's
+  posting list is one session's; positions carry the weight class (A a message's own term, B a
+  lent one).
   ``search_terms`` (each term's document frequency per session key) and the session's
   ``search_docs``/``search_length`` are written in the transaction that indexes or unindexes,
   under the session's row lock. A search follows ``_search.plan_search`` in four or five

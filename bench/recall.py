@@ -4,14 +4,20 @@
    the newest 20 messages archived, as after compressions); each QA question, as written, is the
    query over the whole conversation. Reported: the share of questions with an evidence turn
    among the top 5 and top 10 results (questions without evidence left out).
-2. Latency at scale. One session holds N generated messages (seeded: sentences drawn from a
-   50,000-word vocabulary with a Zipf-like frequency, plus identifiers), all archived; queries
-   are 3-5 words taken from a random stored message. Reported per backend and size: search
-   p50/p99 (top 10), appending one message p50/p99 (the index update included), the bulk-load
-   rate, and the index size.
+2. Latency at scale. N generated messages (seeded: sentences drawn from a 50,000-word vocabulary
+   with a Zipf-like frequency, plus identifiers), all archived: one large session holds
+   ``--large-share`` of them (default half), sessions of ``--session-size`` messages (default
+   1,000) the rest. Each query is 3-5 words of a random stored message, searched for (top 10)
+   in that message's session: half of them in the large session, half in the others. Reported
+   per backend, size and kind of session: search p50/p99, how often the message the words came
+   from is in the top 10, and, for the first ``--exhaustive`` queries of each kind, how much of
+   the top 10 an exhaustive ranking (every posting read, every candidate scored) shares; then
+   appending one message to the large session p50/p99 (the index update included), the
+   bulk-load rate and the index size.
 
     python bench/recall.py [--data DIR] [--quick] [--out DIR] [--sizes 10000,1000000]
         [--backends memory,sqlite,postgres,redis] [--scale-backends sqlite,postgres]
+        [--large-share 0.5] [--session-size 1000] [--exhaustive 50]
 
 PostgreSQL and Redis use ``MEMORY_SUMMARY_PG_URL`` / ``MEMORY_SUMMARY_REDIS_URL`` (defaults: the
 local servers), a schema / key prefix of their own, removed afterwards. A backend whose server is
@@ -47,7 +53,7 @@ from common import (  # noqa: E402
 )
 
 from host_stub.datasets import load_locomo  # noqa: E402
-from host_stub.memory import open_memory  # noqa: E402
+from host_stub.memory import _search, open_memory  # noqa: E402
 from host_stub.messages import Message  # noqa: E402
 from host_stub.services import MemoryService  # noqa: E402
 
@@ -100,13 +106,14 @@ class Store:
 
             conn = await asyncpg.connect(PG_URL)
             try:
-                gin = await conn.fetchval(
-                    f"SELECT pg_relation_size('\"{self.tag}\".messages_search')"
-                )
-                column = await conn.fetchval(
-                    f'SELECT sum(pg_column_size(search)) FROM "{self.tag}".messages'
-                )
-                return int(gin) + int(column or 0)
+                total = 0
+                for table in ("search_docs", "search_terms"):
+                    total += int(
+                        await conn.fetchval(
+                            f"SELECT pg_total_relation_size('\"{self.tag}\".{table}')"
+                        )
+                    )
+                return total
             finally:
                 await conn.close()
         if self.backend == "redis":
@@ -252,56 +259,129 @@ class Generator:
         return " ".join(self.rng.sample(words, min(len(words), self.rng.randint(3, 5))))
 
 
+def layout(size: int, large_share: float, session_size: int) -> list[tuple[str, int]]:
+    """``(session, messages)``: one large session with ``large_share`` of ``size``, the rest in
+    sessions of about ``session_size``."""
+    large = round(size * large_share)
+    rest = size - large
+    sessions = [("large", large)] if large else []
+    count = max(1, round(rest / session_size)) if rest else 0
+    for k in range(count):
+        sessions.append((f"s{k:05d}", rest // count + (1 if k < rest % count else 0)))
+    return sessions
+
+
+class exhaustive:  # noqa: N801 - a context manager used like a function
+    """Searches read every posting and score every candidate while inside."""
+
+    def __enter__(self) -> None:
+        self.saved = (_search.MAX_POSTINGS, _search.RESCORE)
+        _search.MAX_POSTINGS = _search.RESCORE = 10**12
+
+    def __exit__(self, *exc: object) -> None:
+        _search.MAX_POSTINGS, _search.RESCORE = self.saved
+
+
 async def scale(
-    backend: str, size: int, tmp: Path, queries: int, batch: int = 1000
+    backend: str,
+    size: int,
+    tmp: Path,
+    queries: int,
+    *,
+    large_share: float,
+    session_size: int,
+    exhaustive_queries: int,
+    batch: int = 1000,
 ) -> dict[str, Any]:
     store = Store(backend, tmp)
     generator = Generator()
-    session = "big"
-    samples: list[Message] = []
+    sessions = layout(size, large_share, session_size)
+    appended = sessions[0][0]  # single appends go to the first (the large) session
+    rng = random.Random(11)
+    # The stored messages the queries come from: (session, index in it) -> group.
+    groups = ["large", "other"] if large_share > 0 and len(sessions) > 1 else ["all"]
+    wanted: dict[tuple[str, int], str] = {}
+    for group in groups:
+        pool = [s for s in sessions if (s[0] == "large") == (group == "large") or group == "all"]
+        while sum(1 for g in wanted.values() if g == group) < queries // len(groups):
+            session, n = rng.choice(pool)
+            wanted.setdefault((session, rng.randrange(n)), group)
+    picked: list[tuple[str, str, int, Message]] = []  # group, session, seq, message
+    loaded = 0
     try:
         started = time.perf_counter()
-        for i in range(0, size - APPEND_SAMPLES, batch):
-            chunk = [generator.message(j) for j in range(i, min(i + batch, size - APPEND_SAMPLES))]
-            await store.memory.append(session, chunk)
-            if len(samples) < queries and generator.rng.random() < 0.5:
-                samples.append(generator.rng.choice(chunk))
-            if i and i % (batch * 100) == 0:
-                progress(f"  {backend}: {i:,} of {size:,} messages stored")
+        for session, n in sessions:
+            bulk = n - APPEND_SAMPLES if session == appended else n
+            for i in range(0, bulk, batch):
+                chunk = [generator.message(j) for j in range(i, min(i + batch, bulk))]
+                await store.memory.append(session, chunk)
+                for j, message in enumerate(chunk, i):
+                    if (session, j) in wanted:
+                        picked.append((wanted[(session, j)], session, j + 1, message))
+                loaded += len(chunk)
+                if loaded % (batch * 100) == 0:
+                    progress(f"  {backend}: {loaded:,} of {size:,} messages stored")
         load_s = time.perf_counter() - started
-        loaded = size - APPEND_SAMPLES
         appends: list[float] = []
-        for j in range(APPEND_SAMPLES):
-            message = generator.message(loaded + j)
+        n_large = sessions[0][1]
+        for j in range(n_large - APPEND_SAMPLES, n_large):
+            message = generator.message(j)
             start = time.perf_counter()
-            await store.memory.append(session, [message])
+            await store.memory.append(appended, [message])
             appends.append(time.perf_counter() - start)
-        await store.memory.trim_history(session, keep_recent=0)
-        texts = [generator.query(m) for m in samples[:queries]]
-        while len(texts) < queries:
-            texts.append(generator.query(generator.message(0)))
-        for text in texts[:20]:  # warm-up: caches, the prepared statements
+            if (appended, j) in wanted:
+                picked.append((wanted[(appended, j)], appended, j + 1, message))
+        for session, _ in sessions:
+            await store.memory.trim_history(session, keep_recent=0)
+        asked = [(g, session, seq, generator.query(m)) for g, session, seq, m in picked]
+        rng.shuffle(asked)
+        for _, session, _, text in asked[:20]:  # warm-up: caches, the prepared statements
             await store.memory.search(session, text, limit=10)
-        latencies: list[float] = []
-        empty = 0
-        for text in texts:
-            start = time.perf_counter()
-            hits = await store.memory.search(session, text, limit=10)
-            latencies.append(time.perf_counter() - start)
-            empty += not hits
+        results: dict[str, dict[str, Any]] = {}
+        for group in groups:
+            mine = [a for a in asked if a[0] == group]
+            latencies: list[float] = []
+            found = empty = 0
+            tops: list[tuple[str, int, str, list[int]]] = []
+            for _, session, seq, text in mine:
+                start = time.perf_counter()
+                hits = await store.memory.search(session, text, limit=10)
+                latencies.append(time.perf_counter() - start)
+                seqs = [h.message.seq or 0 for h in hits]
+                found += seq in seqs
+                empty += not hits
+                tops.append((session, seq, text, seqs))
+            shared = known = compared = 0
+            with exhaustive():
+                for session, seq, text, seqs in tops[:exhaustive_queries]:
+                    full = [h.message.seq for h in await store.memory.search(session, text)]
+                    if full:
+                        compared += 1
+                        shared += len(set(full) & set(seqs)) / len(full)
+                        known += seq in full
+            results[group] = {
+                "queries": len(latencies),
+                "no_result": empty,
+                "search_p50_ms": percentile(latencies, 50) * 1e3,
+                "search_p99_ms": percentile(latencies, 99) * 1e3,
+                "search_mean_ms": mean(latencies) * 1e3,
+                "known_item_top10": found / len(mine) if mine else float("nan"),
+                "exhaustive_compared": compared,
+                "exhaustive_known_item_top10": known / compared if compared else float("nan"),
+                "top10_shared_with_exhaustive": shared / compared if compared else float("nan"),
+            }
         index_bytes = await store.index_size()
     finally:
         await store.drop()
     return {
         "size": size,
-        "search_p50_ms": percentile(latencies, 50) * 1e3,
-        "search_p99_ms": percentile(latencies, 99) * 1e3,
-        "search_mean_ms": mean(latencies) * 1e3,
-        "queries": len(latencies),
-        "no_result": empty,
+        "sessions": len(sessions),
+        "large_session": sessions[0][1] if large_share > 0 else 0,
+        "session_size": session_size,
+        "groups": results,
         "append_p50_ms": percentile(appends, 50) * 1e3,
         "append_p99_ms": percentile(appends, 99) * 1e3,
-        "load_per_s": loaded / load_s,
+        "load_per_s": (size - APPEND_SAMPLES) / load_s,
         "index_mb": None if index_bytes is None else index_bytes / 1e6,
     }
 
@@ -327,6 +407,19 @@ async def main() -> None:
         "--scale-backends", default="sqlite,postgres", help="backends for the scale runs"
     )
     p.add_argument("--queries", type=int, default=500, help="timed searches per scale run")
+    p.add_argument(
+        "--large-share",
+        type=float,
+        default=0.5,
+        help="share of the messages in the one large session (default 0.5; 0: none)",
+    )
+    p.add_argument("--session-size", type=int, default=1000, help="messages of each other session")
+    p.add_argument(
+        "--exhaustive",
+        type=int,
+        default=50,
+        help="queries of each kind also ranked exhaustively (every posting, every candidate)",
+    )
     p.add_argument("--name", default="recall", help="results file name (default recall)")
     args = p.parse_args()
     out = out_dir(args.out)
@@ -335,8 +428,11 @@ async def main() -> None:
     scale_backends = _list(args.scale_backends, ALL_BACKENDS)
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
     queries = args.queries
+    exhaustive_queries = args.exhaustive
+    if not 0 <= args.large_share <= 1 or args.session_size < 1:
+        raise SystemExit("--large-share must be in 0..1 and --session-size at least 1")
     if args.quick:  # one LoCoMo conversation, 2,000 messages
-        sizes, queries = [2000], 50
+        sizes, queries, exhaustive_queries = [2000], 50, 10
     v = versions(extra=("asyncpg", "redis"))
     print_versions(v)
     started = time.perf_counter()
@@ -378,17 +474,27 @@ async def main() -> None:
             categories.add(category, n, f"{in5 / n:.1%}", f"{in10 / n:.1%}")
 
         latency = Table(
-            "Latency at scale: one session, all messages archived, top-10 searches",
+            "Search at scale: generated messages, all archived, top-10 searches",
             [
                 "backend",
                 "messages",
+                "searched in",
                 "search p50 ms",
                 "search p99 ms",
+                "words' message in top 10",
+                "top 10 shared with exhaustive",
+                "queries (no result)",
+            ],
+        )
+        writing = Table(
+            "Writing at scale: one message appended to the large session, the bulk load",
+            [
+                "backend",
+                "messages",
                 "append p50 ms",
                 "append p99 ms",
                 "bulk load msgs/s",
                 "index MB",
-                "queries (no result)",
             ],
         )
         for size in sizes:
@@ -396,29 +502,67 @@ async def main() -> None:
                 if usable[backend]:
                     continue
                 progress(f"scale: {size:,} messages on {backend}")
-                r = await scale(backend, size, tmp, queries)
-                extra[f"scale_{backend}_{size}"] = r
-                latency.add(
+                r = await scale(
                     backend,
                     size,
-                    round(r["search_p50_ms"], 2),
-                    round(r["search_p99_ms"], 2),
+                    tmp,
+                    queries,
+                    large_share=args.large_share,
+                    session_size=args.session_size,
+                    exhaustive_queries=exhaustive_queries,
+                )
+                extra[f"scale_{backend}_{size}"] = r
+                for group, g in r["groups"].items():
+                    where = {
+                        "large": f"the large session ({r['large_session']:,})",
+                        "other": f"{r['sessions'] - 1:,} other sessions of {r['session_size']:,}",
+                        "all": f"{r['sessions']:,} sessions",
+                    }[group]
+                    latency.add(
+                        backend,
+                        size,
+                        where,
+                        round(g["search_p50_ms"], 2),
+                        round(g["search_p99_ms"], 2),
+                        f"{g['known_item_top10']:.1%} ({g['exhaustive_known_item_top10']:.1%})",
+                        f"{g['top10_shared_with_exhaustive']:.1%}",
+                        f"{g['queries']} ({g['no_result']})",
+                    )
+                writing.add(
+                    backend,
+                    size,
                     round(r["append_p50_ms"], 2),
                     round(r["append_p99_ms"], 2),
                     round(r["load_per_s"]),
                     "-" if r["index_mb"] is None else round(r["index_mb"], 1),
-                    f"{r['queries']} ({r['no_result']})",
                 )
     notes += [
         "Retrieval: a question counts when any of its evidence turns is among the results; the "
         "query is the question as written (any word matches, BM25-style ranking; no tuning to "
         "this data set).",
-        "Scale: generated text (seeded), 3-5 words of a stored message as the query; append = one "
-        "message per call, its search index update included; bulk load = 1,000 messages per "
-        "append call; index size: SQLite the FTS5 tables (dbstat), PostgreSQL the GIN index plus "
-        "the tsvector column, Redis the memory of the index keys.",
+        "Scale: generated text (seeded), 3-5 words of a stored message as the query, searched "
+        "in that message's session; \"words' message in top 10\": how often that message is "
+        'among the results (in brackets: with the exhaustive ranking); "top 10 shared with '
+        "exhaustive\": the share of the exhaustive ranking's top 10 the search returned, over "
+        f"the first {exhaustive_queries} queries of each kind (the exhaustive ranking reads every "
+        "posting and scores every candidate); append = one message per call, its search index "
+        "update included; bulk load = 1,000 messages per append call; index size: SQLite the "
+        "FTS5 tables and the term counts (dbstat), PostgreSQL the search_docs table (its GIN "
+        "and primary-key indexes included) and the term counts, Redis the memory of the index "
+        "keys.",
+        f"Search limits: at most {_search.MAX_POSTINGS:,} postings read, {_search.RESCORE} "
+        f"candidates scored in full, {_search.MAX_PROBES} terms probed (host_stub/memory/"
+        "_search.py).",
     ]
-    tables = [retrieval, categories, latency] if categories.rows else [retrieval, latency]
+    tables = (
+        [retrieval, categories, latency, writing]
+        if categories.rows
+        else [
+            retrieval,
+            latency,
+            writing,
+        ]
+    )
     write_results(
         args.name,
         "Recall: search over archived messages",
@@ -430,6 +574,9 @@ async def main() -> None:
             "backends": ",".join(backends),
             "scale backends": ",".join(scale_backends),
             "queries": queries,
+            "large share": args.large_share,
+            "session size": args.session_size,
+            "exhaustive": exhaustive_queries,
             "quick": args.quick,
         },
         runtime_s=time.perf_counter() - started,

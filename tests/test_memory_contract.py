@@ -932,6 +932,98 @@ async def test_search_ranks_any_word_matches_of_this_session_only(memory: Memory
     assert await memory.search("a", "") == []
 
 
+async def test_search_in_a_session_larger_than_its_budget_reads_what_the_plan_says(
+    memory: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search reads at most ``MAX_POSTINGS`` postings and scores at most ``RESCORE``
+    candidates in full (``_search.plan_search``, ``choose``): the same hits on every store."""
+    from host_stub.memory import _search
+
+    monkeypatch.setattr(_search, "MAX_POSTINGS", 6)
+    monkeypatch.setattr(_search, "RESCORE", 4)
+    # 30 messages, each holding "lantern"; "harbor" and "violet" in 5 and 19, "violet" in 12.
+    # Each also lends its words to the next (so "harbor" is found in 4 messages, "violet" in 6).
+    # Roles alternate: odd seqs are the user's.
+    texts = []
+    for seq in range(1, 31):
+        words = ["lantern", f"filler{seq}"]
+        if seq in (5, 19):
+            words += ["harbor", "violet"]
+        if seq == 12:
+            words.append("violet")
+        texts.append(" ".join(words))
+    await memory.append("s", [(user if i % 2 == 0 else assistant)(t) for i, t in enumerate(texts)])
+    # Another session holding the same words, found by none of the searches on "s".
+    await memory.append("t", [user("lantern harbor violet"), user("lantern harbor violet")])
+    # "harbor" is read whole (5, 6, 19, 20), then the newest 2 of "violet" (20, 19): no room
+    # for "lantern". "violet" and "lantern" are probed among those candidates: all four hold
+    # both. Best: the two holding the words themselves, then those they lent them to.
+    assert await _search_seqs(memory, "s", "lantern harbor violet", limit=4) == [19, 5, 20, 6]
+    # Only RESCORE candidates (or as many as results asked for) are scored in full: on equal
+    # estimates the newer.
+    monkeypatch.setattr(_search, "RESCORE", 1)
+    assert await _search_seqs(memory, "s", "lantern harbor violet", limit=2) == [19, 20]
+    monkeypatch.setattr(_search, "RESCORE", 4)
+    # A common word alone: its newest 6 postings are read, so older messages holding it are
+    # not found.
+    assert await _search_seqs(memory, "s", "lantern", limit=6) == [30, 29, 28, 27, 26, 25]
+    # Asked for more results than the budget, a search reads as many postings as asked for.
+    assert sorted(await _search_seqs(memory, "s", "lantern", limit=20)) == list(range(11, 31))
+    # A role: the postings read are that role's (the newest user messages with "violet": 19
+    # and 13).
+    assert await _search_seqs(memory, "s", "lantern harbor violet", role="user", limit=4) == [
+        19,
+        5,
+        13,
+    ]
+    assert await _search_seqs(memory, "s", "lantern harbor violet", role="assistant", limit=4) == [
+        20,
+        6,
+        12,
+    ]
+    # Never another session's messages.
+    for query in ("lantern harbor violet", "lantern", "harbor"):
+        hits = await memory.search("s", query)
+        assert hits and all("filler" in str(h.message.content) for h in hits)
+        assert sorted(await _search_seqs(memory, "t", query)) == [1, 2]
+
+
+async def test_search_with_tight_limits_finds_what_the_reference_finds(
+    memory: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under limits far below the session's size (whole lists, conjunctions, the newest of one
+    term, probes and the cut to RESCORE all at work) every store returns what the in-memory
+    store returns: the same plan, read and ranked the same way."""
+    import random
+
+    from host_stub.memory import _search
+
+    monkeypatch.setattr(_search, "MAX_POSTINGS", 25)
+    monkeypatch.setattr(_search, "MAX_PARTIAL", 12)
+    monkeypatch.setattr(_search, "RESCORE", 15)
+    rng = random.Random(4)
+    words = [f"w{i}" for i in range(40)]
+    weights = [1 / (i + 1) for i in range(40)]  # a few words in most messages, most in few
+    messages = [
+        (user if i % 3 else assistant)(" ".join(rng.choices(words, weights, k=rng.randint(2, 9))))
+        for i in range(240)
+    ]
+    reference = InMemoryMemory(count_tokens)
+    for store in (memory, reference):
+        for i in range(0, len(messages), 60):
+            await store.append("s", messages[i : i + 60])
+        await store.append("other", messages[:30])
+    queries = [" ".join(rng.sample(words[:12], rng.randint(1, 4))) for _ in range(25)]
+    queries += [" ".join(rng.sample(words, rng.randint(2, 5))) for _ in range(15)]
+    queries.append(" ".join(words[::3]))  # many terms: many reads and probes in one statement
+    for query in queries:
+        for role in (None, "assistant"):
+            got = await memory.search("s", query, role=role)
+            want = await reference.search("s", query, role=role)
+            assert [h.message.seq for h in got] == [h.message.seq for h in want], (query, role)
+            assert [h.score for h in got] == pytest.approx([h.score for h in want]), query
+
+
 async def test_search_marks_active_and_archived_and_knows_the_date(memory: MemoryService) -> None:
     await memory.append("s", [user("the passport is in the blue folder"), assistant("noted")])
     await memory.append("s", [user("and the visa is in the blue folder too")])
@@ -1208,7 +1300,204 @@ async def test_sqlite_schema_1_file_gets_its_search_index(tmp_path: Path) -> Non
     finally:
         await store.close()
     with contextlib.closing(sqlite3.connect(path)) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+
+
+# -- an old store's search index, upgraded --------------------------------------------------------
+
+#: Messages of session "s" of the old stores below (3 and 7 archived): overlapping words, so the
+#: rankings compared depend on the counts the upgrade fills in.
+_OLD_TEXTS = [
+    "We booked the ryokan in Kyoto for three nights",
+    "The ryokan booking reference is K7XQ2M",
+    "Dinner in Osaka near Dotonbori, booked for eight",
+    "Kyoto temples: Kinkaku-ji and Ginkaku-ji",
+    "The train from Kyoto to Osaka takes fifteen minutes",
+    "Remember the ryokan serves breakfast at seven",
+    "Osaka castle opens at nine",
+    "Pack an umbrella for Kyoto",
+]
+_OLD_QUERIES = ["ryokan Kyoto", "Osaka booked", "breakfast ryokan K7XQ2M", "umbrella castle nine"]
+
+
+def _old_messages() -> list[Message]:
+    return [(user if i % 2 == 0 else assistant)(t) for i, t in enumerate(_OLD_TEXTS)]
+
+
+async def _reference_hits(query: str) -> list[tuple[int, float]]:
+    """What a fresh store holding the old stores' messages finds."""
+    fresh = InMemoryMemory(count_tokens)
+    await fresh.append("s", _old_messages())
+    await fresh.append("t", [user("Kyoto ryokan in session t")])
+    return [(h.message.seq or 0, h.score) for h in await fresh.search("s", query)]
+
+
+async def _assert_upgraded(store: MemoryService) -> None:
+    """All messages kept, as they were; searches as a fresh store's."""
+    kept = await store.get_archived("s") + await store.get_history("s")
+    assert sorted((m.seq, text_of(m.content)) for m in kept) == [
+        (i, t) for i, t in enumerate(_OLD_TEXTS, 1)
+    ]
+    assert {m.seq for m in await store.get_archived("s")} == {3, 7}
+    assert [text_of(m.content) for m in await store.get_history("t")] == [
+        "Kyoto ryokan in session t"
+    ]
+    for query in _OLD_QUERIES:
+        got = [(h.message.seq, h.score) for h in await store.search("s", query)]
+        expected = await _reference_hits(query)
+        assert [seq for seq, _ in got] == [seq for seq, _ in expected], query
+        assert [score for _, score in got] == pytest.approx([score for _, score in expected])
+    assert [h.message.seq for h in await store.search("t", "ryokan")] == [1]
+    # And it goes on indexing: a new message is found, with the counts kept right.
+    await store.append("s", [user("A new umbrella from Osaka")])
+    assert (await store.search("s", "umbrella new"))[0].message.seq == 9
+
+
+async def test_sqlite_schema_4_file_keeps_its_messages_and_gets_search_counts(
+    tmp_path: Path,
+) -> None:
+    from host_stub.memory._common import body_of
+    from host_stub.memory.sqlite import _MIGRATIONS, _backfill_search
+
+    path = tmp_path / "v4.db"
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        for version in range(4):  # schema 4: messages and the FTS5 index, no counts
+            raw.executescript(_MIGRATIONS[version])
+        raw.execute("INSERT INTO sessions VALUES ('s', 0, 8, 0), ('t', 0, 1, 0)")
+        rows = [
+            ("s", i, m.role, body_of(m), "summarized" if i in (3, 7) else None)
+            for i, m in enumerate(_old_messages(), 1)
+        ]
+        rows.append(("t", 1, "user", body_of(user("Kyoto ryokan in session t")), None))
+        raw.executemany(
+            "INSERT INTO messages VALUES (?, ?, 0, ?, 'message', ?, 1, ?, NULL, 0)", rows
+        )
+        _backfill_search(raw)
+        raw.execute("PRAGMA user_version = 4")
+        raw.commit()
+    store = SQLiteMemory(path, count_tokens)
+    try:
+        await _assert_upgraded(store)
+    finally:
+        await store.close()
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        # The counts are the entries' counts.
+        docs, length = raw.execute(
+            "SELECT docs, length FROM search_sessions WHERE session_id = 's'"
+        ).fetchone()
+        entries = raw.execute(
+            "SELECT c0, c1 FROM search_content WHERE id >> 32 ="
+            " (SELECT id FROM search_sessions WHERE session_id = 's')"
+        ).fetchall()
+        assert docs == len(entries) == 9
+        assert length == sum(len(o.split()) + 0.5 * len(c.split()) for o, c in entries)
+        umbrella = sum("umbrella" in f"{o} {c}".split() for o, c in entries)
+        assert raw.execute(
+            "SELECT df FROM search_terms t JOIN search_sessions s ON s.id = t.session"
+            " WHERE s.session_id = 's' AND t.term = 'umbrella'"
+        ).fetchone() == (umbrella,)
+
+
+async def _churn(store: MemoryService) -> None:
+    """Appends, deletes, a clear of the history and a forget: what the search counts follow."""
+    await store.append("s", _old_messages())
+    await store.append("t", [user("Kyoto ryokan in session t"), user("umbrella")])
+    await store.append("u", [user("gone soon: Kyoto umbrella")])
+    await store.delete_messages("s", [2, 5, 99])
+    await store.delete_messages("s", [2])  # twice: counted once
+    await store.clear("t", types=["history"])
+    await store.append("t", [user("after the clear: umbrella umbrella")])
+    await store.forget("u")
+    await store.append("s", [assistant("more Kyoto")])
+
+
+def _recount(entries: list[tuple[str, str]]) -> tuple[int, float, dict[str, int]]:
+    """(entries, total length, document frequencies) of (own terms, lent terms) strings."""
+    dfs: dict[str, int] = {}
+    for own, lent in entries:
+        for term in set(own.split()) | set(lent.split()):
+            dfs[term] = dfs.get(term, 0) + 1
+    return len(entries), sum(len(o.split()) + 0.5 * len(c.split()) for o, c in entries), dfs
+
+
+async def test_sqlite_search_counts_follow_deletes_clears_and_forget(tmp_path: Path) -> None:
+    path = tmp_path / "counts.db"
+    store = SQLiteMemory(path, count_tokens)
+    try:
+        await _churn(store)
+    finally:
+        await store.close()
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        sessions = raw.execute(
+            "SELECT id, session_id, docs, length FROM search_sessions"
+        ).fetchall()
+        assert sorted(sid for _, sid, _, _ in sessions) == ["s", "t"]
+        for key, sid, docs, length in sessions:
+            entries = raw.execute(
+                "SELECT c0, c1 FROM search_content WHERE id >> 32 = ?", (key,)
+            ).fetchall()
+            assert (docs, length) == _recount(entries)[:2], sid
+            stored = dict(
+                raw.execute("SELECT term, df FROM search_terms WHERE session = ?", (key,))
+            )
+            assert stored == _recount(entries)[2], sid
+        assert raw.execute("SELECT count(*) FROM search_terms").fetchone()[0] == sum(
+            len(
+                _recount(
+                    raw.execute(
+                        "SELECT c0, c1 FROM search_content WHERE id >> 32 = ?", (key,)
+                    ).fetchall()
+                )[2]
+            )
+            for key, _, _, _ in sessions
+        )
+
+
+async def test_postgres_search_counts_follow_deletes_clears_and_forget(pg: str) -> None:
+    import asyncpg
+
+    from host_stub.memory.postgres import _entry_of
+
+    store = open_memory(pg, count_tokens)
+    try:
+        await _churn(store)
+    finally:
+        await store.close()
+    [schema] = parse_qs(urlsplit(pg).query)["schema"]
+    p = f'"{schema}".'
+    conn = await asyncpg.connect(PG_URL, timeout=5)
+    try:
+        sessions = await conn.fetch(
+            f"SELECT session_id, search_key, search_docs, search_length FROM {p}sessions"
+        )
+        assert sorted(r["session_id"] for r in sessions) == ["s", "t"]
+        for r in sessions:
+            vectors = await conn.fetch(
+                f"SELECT search::text AS v, length FROM {p}search_docs WHERE search_key = $1",
+                r["search_key"],
+            )
+            entries = [
+                tuple(" ".join(part) for part in _entry_of(v["v"], r["search_key"]))
+                for v in vectors
+            ]
+            docs, length, dfs = _recount(entries)  # type: ignore[arg-type]
+            assert (r["search_docs"], r["search_length"]) == (docs, pytest.approx(length))
+            assert [v["length"] for v in vectors] == pytest.approx(
+                [len(o.split()) + 0.5 * len(c.split()) for o, c in entries]
+            )
+            stored = await conn.fetch(
+                f"SELECT term, df FROM {p}search_terms WHERE search_key = $1", r["search_key"]
+            )
+            assert {x["term"]: x["df"] for x in stored} == dfs
+        keys = [r["search_key"] for r in sessions]
+        for table in ("search_terms", "search_docs"):
+            left = await conn.fetchval(
+                f"SELECT count(*) FROM {p}{table} WHERE NOT search_key = ANY($1::bigint[])", keys
+            )
+            assert left == 0, table
+    finally:
+        await conn.close()
 
 
 async def test_sqlite_refuses_newer_schema(tmp_path: Path) -> None:
@@ -1468,6 +1757,88 @@ async def test_postgres_wrong_database_names_it_and_hides_the_password(pg: str) 
         await store.close()
 
 
+async def test_postgres_schema_3_keeps_its_messages_and_gets_session_keyed_search(
+    pg: str,
+) -> None:
+    import asyncpg
+
+    from host_stub.memory._common import body_of
+    from host_stub.memory.postgres import _MIGRATIONS, PostgresMemory
+
+    [schema] = parse_qs(urlsplit(pg).query)["schema"]
+    old = PostgresMemory(pg, count_tokens)  # only for its SQL helpers: never opened
+    conn = await asyncpg.connect(PG_URL, timeout=5)
+    try:
+        await conn.execute(f'CREATE SCHEMA "{schema}"')
+        await conn.execute(
+            f'CREATE TABLE "{schema}".memory_schema_version'
+            " (id integer PRIMARY KEY DEFAULT 1 CHECK (id = 1), version integer NOT NULL)"
+        )
+        for version in range(3):  # schema 3: tsvectors of plain terms, no counts
+            for statement in _MIGRATIONS[version]:
+                await conn.execute(old._sql(statement))
+        await conn.execute(
+            old._sql("INSERT INTO {p}sessions VALUES ('s', 0, 8, 0), ('t', 0, 1, 0)")
+        )
+        rows = [
+            ("s", i, m.role, body_of(m), "summarized" if i in (3, 7) else None)
+            for i, m in enumerate(_old_messages(), 1)
+        ]
+        rows.append(("t", 1, "user", body_of(user("Kyoto ryokan in session t")), None))
+        await conn.executemany(
+            old._sql(
+                "INSERT INTO {p}messages VALUES ($1, $2, 0, $3, 'message', $4, 1, $5, NULL, 0)"
+            ),
+            rows,
+        )
+        await old._backfill_search(conn)
+        await conn.execute(
+            old._sql("INSERT INTO {p}memory_schema_version (id, version) VALUES (1, 3)")
+        )
+    finally:
+        await conn.close()
+    store = open_memory(pg, count_tokens)
+    try:
+        await _assert_upgraded(store)
+    finally:
+        await store.close()
+    conn = await asyncpg.connect(PG_URL, timeout=5)
+    try:
+        p = f'"{schema}".'
+        assert await conn.fetchval(f"SELECT version FROM {p}memory_schema_version") == 4
+        key = await conn.fetchval(f"SELECT search_key FROM {p}sessions WHERE session_id = 's'")
+        # The tsvectors moved to search_docs, every lexeme under the session's key; the old
+        # column is gone; the counts are the entries' counts.
+        assert not await conn.fetchval(
+            "SELECT count(*) FROM information_schema.columns"
+            " WHERE table_schema = $1 AND table_name = 'messages' AND column_name = 'search'",
+            schema,
+        )
+        lexemes = await conn.fetch(
+            f"SELECT DISTINCT unnest(tsvector_to_array(search)) AS x FROM {p}search_docs"
+            " WHERE search_key = $1",
+            key,
+        )
+        assert lexemes and all(r["x"].startswith(f"{key}_") for r in lexemes)
+        docs, length = await conn.fetchrow(
+            f"SELECT search_docs, search_length FROM {p}sessions WHERE session_id = 's'"
+        )
+        assert docs == 9
+        total = await conn.fetchval(
+            f"SELECT sum(length) FROM {p}search_docs WHERE search_key = $1", key
+        )
+        assert length == pytest.approx(total)
+        umbrella = await conn.fetchval(
+            f"SELECT count(*) FROM {p}search_docs WHERE search @@ $1::tsquery",
+            f"'{key}_umbrella'",
+        )
+        assert umbrella == await conn.fetchval(
+            f"SELECT df FROM {p}search_terms WHERE search_key = $1 AND term = 'umbrella'", key
+        )
+    finally:
+        await conn.close()
+
+
 async def test_postgres_schema_migration_is_idempotent_when_stores_start_together(
     pg: str,
 ) -> None:
@@ -1497,7 +1868,15 @@ async def test_postgres_schema_migration_is_idempotent_when_stores_start_togethe
     try:
         rows = await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = $1", schema)
         tables = {r["tablename"] for r in rows}
-        assert tables == {"memory_schema_version", "sessions", "messages", "metadata", "leases"}
+        assert tables == {
+            "memory_schema_version",
+            "sessions",
+            "messages",
+            "metadata",
+            "leases",
+            "search_docs",
+            "search_terms",
+        }
         rows = await conn.fetch(f'SELECT version FROM "{schema}".memory_schema_version')
         assert [r["version"] for r in rows] == [PG_SCHEMA_VERSION]
         body = await conn.fetchval(f'SELECT body FROM "{schema}".messages LIMIT 1')

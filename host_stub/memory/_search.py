@@ -8,29 +8,56 @@ One tokenizer for all four backends, so a query finds the same messages on each:
   two-character piece of a Chinese sentence finds it (a one-character query finds the character).
 - Other runs are words: common English function words are dropped, and a light English stemmer
   (plural and ``-ed``/``-ing`` endings, Porter's step 1) maps ``booked``/``booking``/``books`` to
-  one term. Words of one letter are dropped; numbers of any length are kept.
+  one term. Words of one letter are dropped (numbers are kept), and so are words of over
+  :data:`MAX_TERM_BYTES` bytes.
 
 A message is indexed under its own terms and, at half weight, those of the message before it
 (at most :data:`MAX_CONTEXT_TERMS` of them, and only when that message is searchable and at most
 :data:`CONTEXT_SPAN` seqs back): a reply such as "Lima." is found by the words of the question
-it answers. Queries match ANY of their terms (OR); ranking is BM25 (SQLite's FTS5 ``bm25``; the
-in-memory and Redis backends compute it with :func:`bm25`; PostgreSQL ranks with ``ts_rank``
-weighted by the terms' rarity), so messages holding more of the rarer query terms come first.
+it answers. Queries match ANY of their terms (OR).
+
+Ranking is one BM25 on every backend (:func:`score`): FTS5's ``bm25`` formula (k1 1.2, b 0.75,
+the idf ``log((N - df + 0.5) / (df + 0.5))``, at least 1e-6), with the lent terms counting
+:data:`CONTEXT_WEIGHT` in a message's term frequencies and length (BM25F's weighted fields), and
+N, df and the average length taken from the searched session alone.
+
+Bounded work, however large the session (:func:`plan_search`, :func:`choose`). A search reads
+about :data:`MAX_POSTINGS` postings at most: the query's terms go rarest first, each one's
+whole posting list while the lists read so far fit; then, of the terms too common to read
+whole, the messages holding two or more of them together (indexed intersections, the most
+selective first, the newest of each), and the newest messages holding the rarest of them. Those
+messages are the candidates: a message holding only common query words ranks low anyway (the
+MaxScore idea), one holding several of them does not. The terms not read whole are then probed
+among the candidates (which of them hold it; an indexed intersection, cheap), each candidate is
+estimated by the summed idf of the query terms it holds, and only the :data:`RESCORE` best by
+that estimate are scored in full (term frequencies and lengths read). In a session of at most
+:data:`MAX_POSTINGS` messages every list is read whole, so the candidates are all the matches;
+the estimate then only decides which of them are scored.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from ..messages import Message, text_of
 
 __all__ = [
     "MAX_INDEX_TERMS",
-    "bm25",
+    "MAX_POSTINGS",
+    "RESCORE",
+    "Plan",
+    "Read",
+    "choose",
+    "idf",
     "index_terms",
+    "plan_search",
     "query_terms",
+    "score",
     "search_text",
 ]
 
@@ -40,12 +67,33 @@ MAX_INDEX_TERMS = 4000
 MAX_INDEX_CHARS = 40_000
 #: Terms of a query used at most.
 MAX_QUERY_TERMS = 64
+#: A longer word (in UTF-8 bytes) is neither indexed nor searched for: no one types it, and
+#: PostgreSQL refuses lexemes of over 2,047 bytes.
+MAX_TERM_BYTES = 1000
 #: Terms of the previous message a message is also indexed under, at most.
 MAX_CONTEXT_TERMS = 400
 #: The previous message lends its terms only if it is at most this many seqs back.
 CONTEXT_SPAN = 50
-#: A lent term counts this much against one of the message's own (BM25 term frequency, FTS5
-#: column weight, PostgreSQL ``ts_rank`` weight of class B).
+#: Postings a search reads at most (its candidates), however large the session: see
+#: :func:`plan_search`.
+MAX_POSTINGS = 1000
+#: Newest postings read at most of the rarest term that does not fit whole (see
+#: :func:`plan_search`).
+MAX_PARTIAL = 100
+#: Of the terms that do not fit whole, the rarest this many are read in conjunctions ...
+CONJOINED = 3
+#: ... of which this many at most (the most selective).
+MAX_CONJUNCTIONS = 4
+#: Candidates scored in full at most (more when a search asks for more results): see
+#: :func:`choose`.
+RESCORE = 50
+#: Query terms not read whole that are probed among the candidates at most.
+MAX_PROBES = 8
+#: BM25's parameters (FTS5's).
+K1 = 1.2
+B = 0.75
+#: A lent term counts this much against one of the message's own (in BM25's term frequency and
+#: length).
 CONTEXT_WEIGHT = 0.5
 
 _STOP = frozenset(
@@ -181,6 +229,8 @@ def _terms(text: str, *, unigrams: bool) -> list[str]:
             out.extend(run[i : i + 2] for i in range(len(run) - 1))
             if unigrams:
                 out.extend(run)
+        elif len(run) * 4 > MAX_TERM_BYTES and len(run.encode()) > MAX_TERM_BYTES:
+            continue
         elif run.isdigit():
             out.append(run)
         elif len(run) > 1 and run not in _STOP:
@@ -263,29 +313,191 @@ def indexable(message: Message) -> bool:
     return not message.is_marker
 
 
-def bm25(
-    query: list[str],
-    postings: Mapping[str, Mapping[int, float]],
-    length: Callable[[int], float],
+def doc_length(indexed: Indexed) -> float:
+    """An entry's length for BM25: its own terms, plus the lent ones at :data:`CONTEXT_WEIGHT`
+    (the sum of :func:`weighted_counts`)."""
+    own, context = indexed
+    return len(own) + CONTEXT_WEIGHT * len(context)
+
+
+def distinct_terms(indexed: Indexed) -> set[str]:
+    """The terms an entry is found by (each counts once in a term's document frequency)."""
+    own, context = indexed
+    return set(own) | set(context)
+
+
+def stored_counts(index: Mapping[str, int], own: str, context: str) -> tuple[list[float], float]:
+    """Weighted frequencies of the query terms (``index``: term -> its place in the query) in an
+    entry stored as two space-joined strings (its own terms, the lent ones), and its length."""
+    tfs = [0.0] * len(index)
+    o, c = own.split(), context.split()
+    for word in o:
+        i = index.get(word)
+        if i is not None:
+            tfs[i] += 1.0
+    for word in c:
+        i = index.get(word)
+        if i is not None:
+            tfs[i] += CONTEXT_WEIGHT
+    return tfs, len(o) + CONTEXT_WEIGHT * len(c)
+
+
+def idf(n_docs: int, df: int) -> float:
+    """FTS5's BM25 idf: ``log((N - df + 0.5) / (df + 0.5))``, at least 1e-6 (a term in more than
+    half of the session's messages adds next to nothing)."""
+    value = math.log((n_docs - df + 0.5) / (df + 0.5)) if n_docs > 0 else 0.0
+    return value if value > 0 else 1e-6
+
+
+@dataclass(frozen=True)
+class Read:
+    """One read of a search: the messages holding every one of ``terms`` (query term indexes),
+    all of them (``limit`` ``None``) or the ``limit`` newest."""
+
+    terms: tuple[int, ...]
+    limit: int | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one search reads, for a query's ``terms`` with document frequencies ``dfs`` in a
+    session of ``n_docs`` indexed messages whose average length is ``avg_len``.
+
+    ``reads``: what is read; the messages found are the candidates. ``probes``: the terms not
+    read whole that are looked up among the candidates (which of them hold it)."""
+
+    terms: list[str]
+    dfs: list[int]
+    n_docs: int
+    avg_len: float
+    reads: list[Read]
+    probes: list[int]
+
+    @property
+    def idfs(self) -> list[float]:
+        return [idf(self.n_docs, df) if df > 0 else 0.0 for df in self.dfs]
+
+    @property
+    def whole(self) -> list[int]:
+        """The terms whose whole posting list is read."""
+        return [r.terms[0] for r in self.reads if r.limit is None]
+
+    @property
+    def bounded(self) -> list[Read]:
+        """The reads of the newest messages only (conjunctions, the newest of one term)."""
+        return [r for r in self.reads if r.limit is not None]
+
+
+def plan_search(
+    terms: Sequence[str],
+    dfs: Sequence[int],
     n_docs: int,
-    avg_len: float,
+    total_len: float,
     *,
-    k1: float = 1.2,
-    b: float = 0.75,
-) -> dict[int, float]:
-    """BM25 score of each document that holds any query term. ``postings``: term -> {doc: tf};
-    ``length(doc)``: its number of terms."""
+    limit: int = 0,
+    budget: int | None = None,
+    max_probes: int | None = None,
+) -> Plan:
+    """The :class:`Plan` for a search (``total_len``: the session's indexed messages' summed
+    length) that asks for ``limit`` results (the budget is never below it).
+
+    A session of at most ``budget`` messages: every posting list is read whole. Otherwise, with
+    the terms rarest first (ties: query order):
+
+    1. each term's whole list while the lists read so far hold at most ``budget`` postings;
+    2. of the rest (the rarest :data:`CONJOINED` of them), the messages holding two or more of
+       them together: each combination, most selective first (its size estimated with the terms
+       taken as independent), its newest messages up to twice that estimate (at least 16),
+       while the estimate fits in what is left of the budget, :data:`MAX_CONJUNCTIONS` at most:
+       a message holding several query words outranks one holding a single common word;
+    3. what is left of the budget (at most :data:`MAX_PARTIAL`): the newest messages holding
+       the rarest of the rest.
+
+    The terms not read whole (the rarest ``max_probes`` of them) are probed among the
+    candidates."""
+    budget = max(MAX_POSTINGS if budget is None else budget, limit)
+    partial = max(MAX_PARTIAL, limit)
+    max_probes = MAX_PROBES if max_probes is None else max_probes
+    order = sorted((i for i in range(len(dfs)) if dfs[i] > 0), key=lambda i: (dfs[i], i))
+    reads: list[Read] = []
+    if n_docs <= budget:
+        reads = [Read((i,), None) for i in order]
+    else:
+        left = budget
+        for i in order:
+            if dfs[i] > left:
+                break
+            reads.append(Read((i,), None))
+            left -= dfs[i]
+        rest = order[len(reads) :]
+        head = rest[:CONJOINED]
+        combos = [c for size in range(2, len(head) + 1) for c in itertools.combinations(head, size)]
+
+        def estimate(combo: tuple[int, ...]) -> float:
+            return math.prod(dfs[i] for i in combo) / n_docs ** (len(combo) - 1)
+
+        for combo in sorted(combos, key=lambda c: (estimate(c), c))[:MAX_CONJUNCTIONS]:
+            if estimate(combo) > left:
+                break  # not selective: its messages would not fit
+            cap = min(left, 2 * math.ceil(estimate(combo)) + 16)
+            reads.append(Read(combo, cap))
+            left -= cap
+        if left > 0 and rest:
+            reads.append(Read((rest[0],), min(left, partial)))
+    whole = {r.terms[0] for r in reads if r.limit is None}
+    probes = [i for i in order if i not in whole][:max_probes]
+    return Plan(
+        terms=list(terms),
+        dfs=list(dfs),
+        n_docs=n_docs,
+        avg_len=total_len / n_docs if n_docs > 0 else 0.0,
+        reads=reads,
+        probes=probes,
+    )
+
+
+def choose(plan: Plan, holders: Mapping[int, Collection[int]], limit: int = 0) -> list[int]:
+    """The candidates worth scoring in full: the ``count`` best by the summed idf of the query
+    terms they are known to hold (``holders``: term -> the candidates holding it; the terms read
+    and the probed ones), ties to the newer; all of them when there are at most ``count``.
+    ``count`` is :data:`RESCORE`, or the ``limit`` of results asked for if that is more."""
+    count = max(RESCORE, limit)
+    idfs = plan.idfs
+    sets = [(idfs[i], set(seqs)) for i, seqs in holders.items() if seqs]
+    # Most candidates hold one known term: only those holding several are summed one by one
+    # (set operations do the rest), and of each one-term group only its newest ``count`` can
+    # be among the best.
+    several: set[int] = set()
+    for a in range(len(sets)):
+        for b in range(a + 1, len(sets)):
+            several |= sets[a][1] & sets[b][1]
+    summed = dict.fromkeys(several, 0.0)
+    for weight, seqs in sets:
+        for seq in seqs & several:
+            summed[seq] += weight
+    ranked = [(value, seq) for seq, value in summed.items()]
+    for weight, seqs in sets:
+        ranked.extend((weight, seq) for seq in sorted(seqs - several)[-count:])
+    if len(ranked) <= count:
+        return sorted(seq for _, seq in ranked)
+    return [seq for _, seq in heapq.nlargest(count, ranked)]
+
+
+def score(plan: Plan, docs: Iterable[tuple[int, Sequence[float], float]]) -> dict[int, float]:
+    """BM25 score of each candidate, given as ``(seq, the weighted frequency of each query term,
+    its length)``; one that holds none of the terms scores 0 and is left out."""
+    avg = plan.avg_len if plan.avg_len > 0 else 1.0
+    weights = [(i, w) for i, w in enumerate(plan.idfs) if w > 0]
     scores: dict[int, float] = {}
-    avg = avg_len or 1.0
-    for term in query:
-        docs = postings.get(term)
-        if not docs:
-            continue
-        df = len(docs)
-        idf = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
-        for doc, tf in docs.items():
-            norm = tf + k1 * (1 - b + b * length(doc) / avg)
-            scores[doc] = scores.get(doc, 0.0) + idf * tf * (k1 + 1) / norm
+    for seq, tfs, length in docs:
+        norm = K1 * (1 - B + B * length / avg)
+        total = 0.0
+        for i, weight in weights:
+            tf = tfs[i]
+            if tf:
+                total += weight * tf * (K1 + 1) / (tf + norm)
+        if total > 0:
+            scores[seq] = total
     return scores
 
 

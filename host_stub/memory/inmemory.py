@@ -8,8 +8,9 @@ they pass in or get back without touching the store.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,9 +43,11 @@ from ._search import (
     CONTEXT_SPAN,
     Indexed,
     batch_terms,
-    bm25,
+    choose,
     own_terms,
+    plan_search,
     query_terms,
+    score,
     top,
     weighted_counts,
 )
@@ -59,7 +62,7 @@ class _Session:
     updated_at: float = field(default_factory=time.time)
     #: seq -> stored message (``archived`` set once archived), in seq order.
     messages: dict[int, Message] = field(default_factory=dict)
-    #: The search index: term -> {seq: term frequency};
+    #: The search index: term -> {seq: term frequency}, oldest seq first;
     #: seq -> (its term counts, their sum, stored at).
     postings: dict[str, dict[int, float]] = field(default_factory=dict)
     docs: dict[int, tuple[dict[str, float], float, float]] = field(default_factory=dict)
@@ -230,24 +233,65 @@ class InMemoryMemory:
             session = self._sessions.get(session_id)
             if session is None or not terms or not limit or not session.docs:
                 return []
-            n = len(session.docs)
             docs = session.docs
-            scores = bm25(
+            postings = session.postings
+            plan = plan_search(
                 terms,
-                session.postings,
-                lambda s: docs[s][1],
-                n,
-                session.total_terms / n,
+                [len(postings.get(t, ())) for t in terms],
+                len(docs),
+                session.total_terms,
+                limit=limit,
             )
-            if role is not None:
-                scores = {s: v for s, v in scores.items() if session.messages[s].role == role}
+            holders: dict[int, set[int]] = {}
+            found: list[set[int]] = []
+            for read in plan.reads:
+                lists = [postings.get(terms[i], {}) for i in read.terms]
+                smallest = min(lists, key=len)
+                # Oldest first in each posting dict; newest first when only the newest count.
+                seqs: Iterable[int] = reversed(smallest) if read.limit else smallest
+                if len(lists) > 1:
+                    seqs = (s for s in seqs if all(s in other for other in lists))
+                if role is not None:
+                    seqs = (s for s in seqs if session.messages[s].role == role)
+                got = set(itertools.islice(seqs, read.limit))
+                found.append(got)
+                for i in read.terms:
+                    holders.setdefault(i, set()).update(got)
+            candidates = set().union(*found)
+            # The probes look among the candidates holding a term read whole, and those from the
+            # oldest message read on holding the term read newest first (as the SQL stores do;
+            # those of a conjunction were found by the larger ones, read first).
+            whole = [postings.get(terms[i], {}) for i in plan.whole]
+            newest = [
+                (r.terms[0], postings.get(terms[r.terms[0]], {}), min(got))
+                for r, got in zip(plan.reads, found, strict=True)
+                if r.limit and got and len(r.terms) == 1
+            ]
+            for i in plan.probes:
+                posting = postings.get(terms[i], {})
+                holders.setdefault(i, set()).update(
+                    s
+                    for s in candidates
+                    if s in posting
+                    and (
+                        any(s in w for w in whole)
+                        or any(s >= low and s in p and t != i for t, p, low in newest)
+                    )
+                )
+            scores = score(
+                plan,
+                (
+                    (seq, [docs[seq][0].get(t, 0.0) for t in terms], docs[seq][1])
+                    for seq in choose(plan, holders, limit)
+                ),
+            )
             return [
                 SearchHit(
                     message=session.messages[seq].model_copy(deep=True),
-                    score=score,
-                    stored_at=to_datetime(session.docs[seq][2]),
+                    score=value,
+                    stored_at=to_datetime(docs[seq][2]),
                 )
-                for seq, score in top(scores, limit)
+                for seq, value in top(scores, limit)
             ]
 
     async def get_range(self, session_id: str, from_seq: int, to_seq: int) -> list[Message]:

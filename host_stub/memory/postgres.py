@@ -23,6 +23,22 @@ kept when many connections write at once:
   its ``fence`` grows by one on every acquisition, and a fenced write share-locks the row while it
   checks it, so no acquisition slips in before its commit.
 
+- Search: a table of its own, ``search_docs`` (session key, seq, role, length, ``tsvector``),
+  one row per indexed message, about half as wide as a message row: each posting a search reads
+  costs a visit to its row (a GIN index holds no column), so those rows stay apart from the
+  messages' bodies. A GIN index on the tsvector (no pending list: ``fastupdate`` off); its
+  lexemes are ``<session key>_<term>`` (the key from ``sessions.search_key``), so a lexeme's
+  posting list is one session's; positions carry the weight class (A a message's own term, B a
+  lent one).
+  ``search_terms`` (each term's document frequency per session key) and the session's
+  ``search_docs``/``search_length`` are written in the transaction that indexes or unindexes,
+  under the session's row lock. A search follows ``_search.plan_search`` in four or five
+  statements: the counts; the newest postings of one term, if planned (from a widening window
+  of the newest seqs); the other reads and the probes (one statement of ``@@`` reads, a
+  conjunction intersected in the index); the chosen candidates'
+  tsvectors (frequencies parsed from their text form); the messages found. A tsvector keeps at
+  most 256 positions of a lexeme, so a term repeated more often in one message counts 256 times.
+
 URL: ``postgresql://user:password@host:port/database`` (``postgres://`` too); the query string is
 passed to asyncpg (``sslmode=...``, server settings), except ``schema=<name>``, which selects (and
 creates) a PostgreSQL schema for the tables. The pool is created, and the schema created or
@@ -36,7 +52,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import AsyncIterator, Sequence
+import re
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
@@ -69,12 +86,27 @@ from ._common import (
     to_datetime,
     tokens_of,
 )
-from ._search import CONTEXT_SPAN, CONTEXT_WEIGHT, own_terms, query_terms, with_context
+from ._search import (
+    CONTEXT_SPAN,
+    CONTEXT_WEIGHT,
+    Indexed,
+    Plan,
+    Read,
+    choose,
+    distinct_terms,
+    doc_length,
+    own_terms,
+    plan_search,
+    query_terms,
+    score,
+    top,
+    with_context,
+)
 
 __all__ = ["SCHEMA_VERSION", "PostgresMemory", "redact_url"]
 
 #: Stored in ``memory_schema_version``; bump it and add a step to ``_MIGRATIONS`` on changes.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: Migration steps, from version ``n`` to ``n + 1``. ``{p}`` is the schema prefix.
 _MIGRATIONS: dict[int, list[str]] = {
@@ -123,41 +155,58 @@ _MIGRATIONS: dict[int, list[str]] = {
     # 2 -> 3: fencing tokens. A lease row stays after its release (token emptied) so the fence
     # of its next holder keeps growing.
     2: ["ALTER TABLE {p}leases ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0"],
+    # 3 -> 4: a search reads only the postings it needs (see _search.plan_search), from a table
+    # of its own: ``search_docs``, one row per indexed message, without the message's body (a
+    # search visits the row of each posting it reads). Each
+    # session gets a key its lexemes start with ("<key>_<term>"), so the GIN index holds one
+    # posting list per session and term; and what BM25 ranks with: the number and total length
+    # of a session's indexed messages, each message's length, each term's document frequency.
+    # ``_convert_search`` moves the stored tsvectors over and fills the counts.
+    3: [
+        "ALTER TABLE {p}sessions ADD COLUMN IF NOT EXISTS search_key bigserial",
+        "ALTER TABLE {p}sessions ADD COLUMN IF NOT EXISTS search_docs bigint NOT NULL DEFAULT 0",
+        "ALTER TABLE {p}sessions ADD COLUMN IF NOT EXISTS search_length double precision"
+        " NOT NULL DEFAULT 0",
+        """CREATE TABLE IF NOT EXISTS {p}search_docs (
+            search_key bigint NOT NULL,
+            seq        bigint NOT NULL,
+            role       text NOT NULL,
+            length     double precision NOT NULL,
+            search     tsvector NOT NULL,
+            PRIMARY KEY (search_key, seq)
+        )""",
+        # No pending list: every search reads several posting lists, none has to scan one (new
+        # entries go straight into the index, at some cost to appends).
+        "CREATE INDEX IF NOT EXISTS search_docs_search ON {p}search_docs USING gin (search)"
+        " WITH (fastupdate = off)",
+        """CREATE TABLE IF NOT EXISTS {p}search_terms (
+            search_key bigint NOT NULL,
+            term       text NOT NULL,
+            df         bigint NOT NULL,
+            PRIMARY KEY (search_key, term)
+        )""",
+    ],
 }
 
-#: A message's tsvector: its own terms (weight class A), the terms the message before it lends
-#: (class B, ranked at ``CONTEXT_WEIGHT``).
-_TSVECTOR = (
+#: Schema 2-3's tsvector of a message (its own terms in weight class A, the lent ones in B, no
+#: session key): what the migration to schema 2 fills in, and the migration to 4 converts.
+_LEGACY_TSVECTOR = (
     "setweight(to_tsvector('simple', {own}), 'A') || setweight(to_tsvector('simple', {lent}), 'B')"
 )
+#: A lexeme in a tsvector's text form: ``'<lexeme>':<positions>``.
+_LEXEME = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-D,]+))?")
+#: What a tsvector keeps at most: positions per lexeme, and the largest position.
+_MAX_POSITIONS = 256
+_MAX_POSITION = 16383
 
-#: ``ts_rank`` weights of the classes D, C, B, A.
-_RANK_WEIGHTS = f"{{0.1, 0.2, {CONTEXT_WEIGHT}, 1.0}}"
-
-#: Search: the candidates (any query term, as ``websearch_to_tsquery`` reads "a or b"), each
-#: term's weight from its document frequency among them (BM25's idf, with the session's message
-#: count as N), a candidate's score the sum over the terms it holds of weight x ``ts_rank``.
-_SEARCH = """
-WITH t AS MATERIALIZED (
-    SELECT i, websearch_to_tsquery('simple', term) AS q
-    FROM unnest($3::text[]) WITH ORDINALITY AS u(term, i)
-), c AS MATERIALIZED (
-    SELECT seq, search FROM {p}messages
-    WHERE session_id = $1 AND search @@ websearch_to_tsquery('simple', $2) {role}
-), hit AS MATERIALIZED (
-    SELECT c.seq, t.i, ts_rank('{weights}', c.search, t.q, 1) AS r
-    FROM c CROSS JOIN t WHERE c.search @@ t.q
-), w AS MATERIALIZED (
-    SELECT i, ln(1 + (n.n - count(*) + 0.5) / (count(*) + 0.5)) AS idf
-    FROM hit, (SELECT last_seq AS n FROM {p}sessions WHERE session_id = $1) AS n
-    GROUP BY i, n.n
-), ranked AS (
-    SELECT hit.seq, sum(w.idf * hit.r) AS score FROM hit JOIN w USING (i)
-    GROUP BY hit.seq ORDER BY score DESC, hit.seq DESC LIMIT $4
-)
-SELECT m.seq, m.epoch, m.role, m.kind, m.body, m.tokens, m.archived, m.created_at, r.score
-FROM ranked r JOIN {p}messages m ON m.session_id = $1 AND m.seq = r.seq
-ORDER BY r.score DESC, r.seq DESC
+#: A search's first statement: the session's key, its number and total length of indexed
+#: messages, and the document frequency of each query term.
+_SEARCH_STATS = """
+SELECT s.search_key, s.search_docs, s.search_length, s.last_seq,
+    ARRAY(SELECT coalesce(t.df, 0) FROM unnest($2::text[]) WITH ORDINALITY AS q(term, i)
+          LEFT JOIN {p}search_terms t ON t.search_key = s.search_key AND t.term = q.term
+          ORDER BY q.i) AS dfs
+FROM {p}sessions s WHERE s.session_id = $1
 """
 
 #: Transaction time (one value for every write of a transaction) and wall time, as unix seconds,
@@ -166,6 +215,7 @@ _NOW = "extract(epoch FROM now())::float8"
 _CLOCK = "extract(epoch FROM clock_timestamp())::float8"
 
 _MESSAGE_COLUMNS = "seq, epoch, role, kind, body, tokens, archived"
+_PREFIXED_COLUMNS = ", ".join(f"m.{c}" for c in _MESSAGE_COLUMNS.split(", "))
 _SCHEMES = ("postgresql", "postgres")
 #: Errors that mean "could not reach or log in to the server".
 _CONNECT_ERRORS = (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
@@ -282,6 +332,7 @@ class PostgresMemory:
                 max_size=self._pool_max,
                 command_timeout=self._command_timeout,
                 timeout=self._connect_timeout,
+                server_settings=_server_settings(self._dsn),
             )
         except ValueError as exc:  # asyncpg's ClientConfigurationError is one
             raise ValueError(f"memory URL {self.url!r}: {error_line(exc)}") from None
@@ -332,6 +383,8 @@ class PostgresMemory:
                     await conn.execute(self._sql(statement))
                 if version == 1:
                     await self._backfill_search(conn)
+                if version == 3:
+                    await self._convert_search(conn)
                 version += 1
             await conn.execute(
                 self._sql(
@@ -416,36 +469,36 @@ class PostgresMemory:
                     " ON CONFLICT (session_id) DO UPDATE"
                     " SET last_seq = s.last_seq + excluded.last_seq,"
                     " updated_at = excluded.updated_at"
-                    " RETURNING epoch, last_seq"
+                    " RETURNING epoch, last_seq, search_key"
                 ),
                 session_id,
                 n,
             )
             epoch, first = int(row["epoch"]), int(row["last_seq"]) - n + 1
+            key = int(row["search_key"])
             previous = None
             if first > 1 and any(own is not None for own in owns):
                 prev = await conn.fetch(
                     self._sql(
-                        f"SELECT {_MESSAGE_COLUMNS} FROM {{p}}messages WHERE session_id = $1"
-                        " AND seq BETWEEN $2 AND $3 AND search IS NOT NULL"
-                        " ORDER BY seq DESC LIMIT 1"
+                        f"SELECT {_PREFIXED_COLUMNS} FROM {{p}}messages m"
+                        " WHERE m.session_id = $1 AND m.seq = (SELECT max(d.seq)"
+                        " FROM {p}search_docs d WHERE d.search_key = $4"
+                        " AND d.seq BETWEEN $2 AND $3)"
                     ),
                     session_id,
                     max(1, first - CONTEXT_SPAN),
                     first - 1,
+                    key,
                 )
                 previous = own_terms(_rows_to_messages(prev)[0]) if prev else None
             indexed = with_context(owns, previous)
-            own_texts = [None if t is None else " ".join(t[0]) for t in indexed]
-            lent_texts = [None if t is None else " ".join(t[1]) for t in indexed]
             await conn.execute(
                 self._sql(
                     "INSERT INTO {p}messages (session_id, seq, epoch, role, kind, body, tokens,"
-                    " archived, archived_at, created_at, search)"
-                    f" SELECT $1, t.seq, $2, t.role, t.kind, t.body, t.tokens, NULL, NULL, {_NOW},"
-                    f" {_TSVECTOR.format(own='t.own', lent='t.lent')}"
-                    " FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[],"
-                    " $8::text[], $9::text[]) AS t(seq, role, kind, body, tokens, own, lent)"
+                    " archived, archived_at, created_at)"
+                    f" SELECT $1, t.seq, $2, t.role, t.kind, t.body, t.tokens, NULL, NULL, {_NOW}"
+                    " FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[])"
+                    " AS t(seq, role, kind, body, tokens)"
                 ),
                 session_id,
                 epoch,
@@ -454,9 +507,13 @@ class PostgresMemory:
                 [m.kind for m, _, _ in counted],
                 [body for _, _, body in counted],
                 [tokens for _, tokens, _ in counted],
-                own_texts,
-                lent_texts,
             )
+            docs = [
+                (first + i, m.role, t)
+                for i, ((m, _, _), t) in enumerate(zip(counted, indexed, strict=True))
+                if t is not None
+            ]
+            await self._index(conn, session_id, key, docs)
         return [
             message_from_row(
                 role=m.role,
@@ -496,27 +553,112 @@ class PostgresMemory:
         terms = query_terms(query)
         if not terms or not limit:
             return []
-        args: list[Any] = [session_id, " or ".join(terms), terms, limit]
-        role_sql = ""
-        if role is not None:
-            role_sql = "AND role = $5"
-            args.append(role)
         async with self._conn() as conn:
-            sql = _SEARCH.replace("{role}", role_sql).replace("{weights}", _RANK_WEIGHTS)
-            rows = await conn.fetch(self._sql(sql), *args)
-        return [
-            SearchHit(
-                message=message, score=float(r["score"]), stored_at=to_datetime(r["created_at"])
+            stats = await conn.fetchrow(self._sql(_SEARCH_STATS), session_id, terms)
+            if stats is None or not stats["search_docs"]:
+                return []
+            key = int(stats["search_key"])
+            plan = plan_search(
+                terms,
+                [int(df) for df in stats["dfs"]],
+                int(stats["search_docs"]),
+                float(stats["search_length"]),
+                limit=limit,
             )
-            for message, r in zip(_rows_to_messages(rows), rows, strict=True)
+            # The newest of one term first: the probes among them start at the oldest found.
+            newest: dict[int, list[int]] = {}
+            for n, read in enumerate(plan.reads):
+                if read.limit is not None and len(read.terms) == 1:
+                    newest[n] = await self._newest(
+                        conn, plan, read, key, role, int(stats["last_seq"])
+                    )
+            sql, args = _reads_sql(plan, key, role, newest)
+            tagged: dict[str, set[int]] = {}
+            for r in await conn.fetch(self._sql(sql), key, *args) if sql else []:
+                tagged[r["tag"]] = set(r["seqs"])
+            holders: dict[int, set[int]] = {}
+            found: set[int] = set()
+            for n, read in enumerate(plan.reads):
+                got = set(newest[n]) if n in newest else tagged.get(f"r{n}", set())
+                if read.limit is not None and len(got) > read.limit:
+                    got = set(sorted(got)[-read.limit :])  # a conjunction's newest
+                found |= got
+                for i in read.terms:
+                    holders.setdefault(i, set()).update(got)
+            if not found:
+                return []
+            for i in plan.probes:
+                holders.setdefault(i, set()).update(tagged.get(f"p{i}", set()) & found)
+            chosen = choose(plan, holders, limit)
+            entries = await conn.fetch(
+                self._sql(
+                    "SELECT seq, search::text AS v, length FROM {p}search_docs"
+                    " WHERE search_key = $1 AND seq = ANY($2::bigint[])"
+                ),
+                key,
+                chosen,
+            )
+            lexemes = [_quote_lexeme(_lexeme(key, t)) + ":" for t in terms]
+            best = top(
+                score(
+                    plan,
+                    (
+                        (int(e["seq"]), _frequencies(e["v"], lexemes), float(e["length"]))
+                        for e in entries
+                    ),
+                ),
+                limit,
+            )
+            if not best:
+                return []
+            rows = await conn.fetch(
+                self._sql(
+                    f"SELECT {_MESSAGE_COLUMNS}, created_at FROM {{p}}messages"
+                    " WHERE session_id = $1 AND seq = ANY($2::bigint[])"
+                ),
+                session_id,
+                [seq for seq, _ in best],
+            )
+        by_seq = {int(r["seq"]): r for r in rows}
+        hits = [(by_seq[seq], value) for seq, value in best if seq in by_seq]
+        return [
+            SearchHit(message=message, score=value, stored_at=to_datetime(r["created_at"]))
+            for message, (r, value) in zip(
+                _rows_to_messages([r for r, _ in hits]), hits, strict=True
+            )
         ]
+
+    async def _newest(
+        self, conn: Any, plan: Plan, read: Read, key: int, role: str | None, last_seq: int
+    ) -> list[int]:
+        """The seqs of the newest postings of the one term of ``read`` (as many as its limit,
+        fewer if the session has fewer). Looked for among the newest seqs: first in a window
+        half as long again as should hold them (the term's density in the session taken as
+        even), the window four times longer each time it held too few, so the primary key bounds
+        the rows visited."""
+        [i], k = read.terms, read.limit or 0
+        span = (3 * k * last_seq) // (2 * max(1, plan.dfs[i])) + 1
+        query = _quote_lexeme(_lexeme(key, plan.terms[i]))
+        role_sql = " AND role = $5" if role is not None else ""
+        sql = self._sql(
+            "SELECT seq FROM {p}search_docs WHERE search_key = $1 AND seq >= $2"
+            f" AND search @@ $3::tsquery{role_sql} ORDER BY seq DESC LIMIT $4"
+        )
+        while True:
+            since = max(1, last_seq - span)
+            rows = await conn.fetch(sql, key, since, query, k, *([role] if role else []))
+            if len(rows) >= k or since == 1:
+                return [int(r["seq"]) for r in rows]
+            span *= 4
 
     async def get_range(self, session_id: str, from_seq: int, to_seq: int) -> list[Message]:
         async with self._conn() as conn:
             rows = await conn.fetch(
                 self._sql(
-                    f"SELECT {_MESSAGE_COLUMNS} FROM {{p}}messages WHERE session_id = $1"
-                    " AND seq BETWEEN $2 AND $3 AND search IS NOT NULL ORDER BY seq"
+                    f"SELECT {_PREFIXED_COLUMNS} FROM {{p}}messages m"
+                    " JOIN {p}sessions s ON s.session_id = m.session_id"
+                    " JOIN {p}search_docs d ON d.search_key = s.search_key AND d.seq = m.seq"
+                    " WHERE m.session_id = $1 AND m.seq BETWEEN $2 AND $3 ORDER BY m.seq"
                 ),
                 session_id,
                 from_seq,
@@ -724,10 +866,18 @@ class PostgresMemory:
                     ),
                     session_id,
                 )
+                for table in ("search_docs", "search_terms"):
+                    await conn.execute(
+                        self._sql(
+                            f"DELETE FROM {{p}}{table} WHERE search_key ="
+                            " (SELECT search_key FROM {p}sessions WHERE session_id = $1)"
+                        ),
+                        session_id,
+                    )
                 await conn.execute(
                     self._sql(
-                        "UPDATE {p}messages SET search = NULL"
-                        " WHERE session_id = $1 AND search IS NOT NULL"
+                        "UPDATE {p}sessions SET search_docs = 0, search_length = 0"
+                        " WHERE session_id = $1"
                     ),
                     session_id,
                 )
@@ -754,8 +904,8 @@ class PostgresMemory:
                 return []
             rows = await conn.fetch(
                 self._sql(
-                    f"UPDATE {{p}}messages SET archived = 'deleted', archived_at = {_NOW},"
-                    " search = NULL WHERE session_id = $1 AND seq = ANY($2::bigint[])"
+                    f"UPDATE {{p}}messages SET archived = 'deleted', archived_at = {_NOW}"
+                    " WHERE session_id = $1 AND seq = ANY($2::bigint[])"
                     " AND archived IS DISTINCT FROM 'deleted' RETURNING seq"
                 ),
                 session_id,
@@ -764,6 +914,23 @@ class PostgresMemory:
             found = sorted(int(r["seq"]) for r in rows)
             if found:
                 await self._touch(conn, session_id)
+                key = int(
+                    await conn.fetchval(
+                        self._sql("SELECT search_key FROM {p}sessions WHERE session_id = $1"),
+                        session_id,
+                    )
+                )
+                gone = await conn.fetch(
+                    self._sql(
+                        "DELETE FROM {p}search_docs WHERE search_key = $1"
+                        " AND seq = ANY($2::bigint[]) RETURNING search::text AS v"
+                    ),
+                    key,
+                    found,
+                )
+                await self._count_terms(
+                    conn, session_id, key, [_entry_of(r["v"], key) for r in gone], -1
+                )
         return found
 
     async def forget(self, session_id: str) -> None:
@@ -771,12 +938,18 @@ class PostgresMemory:
             await self._lock_session(conn, session_id)
             # The row first: this waits for an append holding it, so the messages deleted next
             # include that append's.
-            await conn.execute(
-                self._sql("DELETE FROM {p}sessions WHERE session_id = $1"), session_id
+            key = await conn.fetchval(
+                self._sql("DELETE FROM {p}sessions WHERE session_id = $1 RETURNING search_key"),
+                session_id,
             )
             await conn.execute(
                 self._sql("DELETE FROM {p}messages WHERE session_id = $1"), session_id
             )
+            if key is not None:
+                for table in ("search_docs", "search_terms"):
+                    await conn.execute(
+                        self._sql(f"DELETE FROM {{p}}{table} WHERE search_key = $1"), key
+                    )
             await conn.execute(self._sql("DELETE FROM {p}metadata WHERE key = $1"), session_id)
 
     async def list_sessions(self) -> list[SessionInfo]:
@@ -847,11 +1020,122 @@ class PostgresMemory:
                     updates.append((session_id, message.seq, " ".join(t[0]), " ".join(t[1])))
         await conn.executemany(
             self._sql(
-                f"UPDATE {{p}}messages SET search = {_TSVECTOR.format(own='$3', lent='$4')}"
+                f"UPDATE {{p}}messages SET search = {_LEGACY_TSVECTOR.format(own='$3', lent='$4')}"
                 " WHERE session_id = $1 AND seq = $2"
             ),
             updates,
         )
+
+    async def _convert_search(self, conn: Any) -> None:
+        """Migration 3 -> 4: the stored tsvectors (``messages.search``) move to ``search_docs``,
+        their lexemes under their session's key; each session's counts are filled in; the old
+        column and its index go."""
+        rows = await conn.fetch(
+            self._sql(
+                "SELECT m.session_id, m.seq, m.role, m.search::text AS v, s.search_key"
+                " FROM {p}messages m JOIN {p}sessions s ON s.session_id = m.session_id"
+                " WHERE m.search IS NOT NULL ORDER BY m.session_id, m.seq"
+            )
+        )
+        by_session: dict[str, tuple[int, list[tuple[int, str, Indexed]]]] = {}
+        for r in rows:
+            key = int(r["search_key"])
+            entry = (int(r["seq"]), r["role"], _legacy_entry(r["v"]))
+            by_session.setdefault(r["session_id"], (key, []))[1].append(entry)
+        for session_id, (key, docs) in by_session.items():
+            await self._index(conn, session_id, key, docs)
+        await conn.execute(self._sql("DROP INDEX IF EXISTS {p}messages_search"))
+        await conn.execute(self._sql("ALTER TABLE {p}messages DROP COLUMN IF EXISTS search"))
+
+    async def _index(
+        self, conn: Any, session_id: str, key: int, docs: Sequence[tuple[int, str, Indexed]]
+    ) -> None:
+        """Index ``(seq, role, entry)`` of the session with search key ``key`` and add them to
+        its counts: one statement (in the transaction that writes them, the session's row
+        locked)."""
+        if not docs:
+            return
+        dfs: dict[str, int] = {}
+        for _, _, indexed in docs:
+            for term in distinct_terms(indexed):
+                dfs[term] = dfs.get(term, 0) + 1
+        names = sorted(dfs)
+        lengths = [doc_length(t) for _, _, t in docs]
+        await conn.execute(
+            self._sql(
+                "WITH d AS (INSERT INTO {p}search_docs (search_key, seq, role, length, search)"
+                " SELECT $1, t.seq, t.role, t.length, t.search::tsvector"
+                " FROM unnest($2::bigint[], $3::text[], $4::float8[], $5::text[])"
+                " AS t(seq, role, length, search)),"
+                " c AS (INSERT INTO {p}search_terms AS x (search_key, term, df)"
+                " SELECT $1, u.term, u.df FROM unnest($6::text[], $7::bigint[]) AS u(term, df)"
+                " ON CONFLICT (search_key, term) DO UPDATE SET df = x.df + excluded.df)"
+                " UPDATE {p}sessions SET search_docs = search_docs + $8,"
+                " search_length = search_length + $9 WHERE session_id = $10"
+            ),
+            key,
+            [seq for seq, _, _ in docs],
+            [role for _, role, _ in docs],
+            lengths,
+            [_tsvector(key, t) for _, _, t in docs],
+            names,
+            [dfs[t] for t in names],
+            len(docs),
+            sum(lengths),
+            session_id,
+        )
+
+    async def _count_terms(
+        self, conn: Any, session_id: str, key: int, entries: Sequence[Indexed], sign: int
+    ) -> None:
+        """Add (``sign`` 1) or remove (-1) entries in the session's search counts (in the
+        transaction that writes them, the session's row locked; :meth:`_index` adds its own)."""
+        if not entries:
+            return
+        dfs: dict[str, int] = {}
+        for indexed in entries:
+            for term in distinct_terms(indexed):
+                dfs[term] = dfs.get(term, 0) + 1
+        await conn.execute(
+            self._sql(
+                "UPDATE {p}sessions SET search_docs = search_docs + $2,"
+                " search_length = search_length + $3 WHERE session_id = $1"
+            ),
+            session_id,
+            sign * len(entries),
+            sign * sum(doc_length(t) for t in entries),
+        )
+        names = sorted(dfs)
+        if sign > 0:
+            await conn.execute(
+                self._sql(
+                    "INSERT INTO {p}search_terms AS t (search_key, term, df)"
+                    " SELECT $1, u.term, u.df FROM unnest($2::text[], $3::bigint[]) AS u(term, df)"
+                    " ON CONFLICT (search_key, term) DO UPDATE SET df = t.df + excluded.df"
+                ),
+                key,
+                names,
+                [dfs[t] for t in names],
+            )
+        else:
+            await conn.execute(
+                self._sql(
+                    "UPDATE {p}search_terms AS t SET df = t.df - u.df"
+                    " FROM unnest($2::text[], $3::bigint[]) AS u(term, df)"
+                    " WHERE t.search_key = $1 AND t.term = u.term"
+                ),
+                key,
+                names,
+                [dfs[t] for t in names],
+            )
+            await conn.execute(
+                self._sql(
+                    "DELETE FROM {p}search_terms WHERE search_key = $1"
+                    " AND term = ANY($2::text[]) AND df <= 0"
+                ),
+                key,
+                names,
+            )
 
     async def _epoch(self, conn: Any, session_id: str) -> int:
         epoch = await conn.fetchval(
@@ -1020,3 +1304,133 @@ def _rows_to_messages(rows: Sequence[Any]) -> list[Message]:
         )
         for r in rows
     ]
+
+
+# -- the search index's tsvectors ---------------------------------------------------------------
+
+
+def _lexeme(key: int, term: str) -> str:
+    """A term's lexeme in the tsvector of a message of the session with search key ``key``."""
+    return f"{key}_{term}"
+
+
+def _quote_lexeme(lexeme: str) -> str:
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _unquote(text: str) -> str:
+    """A lexeme as :func:`_quote_lexeme` (and PostgreSQL's output) quoted it, without the
+    quotes."""
+    return re.sub(r"''|\\(.)", lambda m: m.group(1) or "'", text)
+
+
+def _tsvector(key: int, indexed: Indexed) -> str:
+    """The text form of an entry's tsvector: each term under the session's key, at its positions
+    (own terms in weight class A, the lent ones in B; at most 256 positions a term, as
+    PostgreSQL keeps)."""
+    positions: dict[str, list[str]] = {}
+    own, lent = indexed
+    for pos, (term, weight) in enumerate([*((t, "A") for t in own), *((t, "B") for t in lent)], 1):
+        kept = positions.setdefault(term, [])
+        if len(kept) < _MAX_POSITIONS:
+            kept.append(f"{min(pos, _MAX_POSITION)}{weight}")
+    return " ".join(
+        f"{_quote_lexeme(_lexeme(key, term))}:{','.join(p)}" for term, p in positions.items()
+    )
+
+
+def _frequencies(vector: str, lexemes: Sequence[str]) -> list[float]:
+    """The weighted frequency (weight A 1, B ``CONTEXT_WEIGHT``) of each of ``lexemes`` (quoted,
+    with the colon: ``'<key>_<term>':``) in a tsvector's text form."""
+    out: list[float] = []
+    for lexeme in lexemes:
+        at = vector.find(lexeme)
+        if at < 0:
+            out.append(0.0)
+            continue
+        start = at + len(lexeme)
+        end = vector.find(" ", start)
+        positions = vector[start : end if end >= 0 else len(vector)]
+        own = positions.count("A")
+        out.append(own + CONTEXT_WEIGHT * (positions.count(",") + 1 - own))
+    return out
+
+
+def _entry_of(vector: str, key: int) -> Indexed:
+    """An entry's terms (own, lent, repeats kept) from its tsvector's text form."""
+    prefix = f"{key}_"
+    own: list[str] = []
+    lent: list[str] = []
+    for match in _LEXEME.finditer(vector):
+        lexeme = _unquote(match.group(1))
+        term = lexeme[len(prefix) :] if lexeme.startswith(prefix) else lexeme
+        for position in (match.group(2) or "1").split(","):
+            (own if position.endswith("A") else lent).append(term)
+    return own, lent
+
+
+def _legacy_entry(vector: str) -> Indexed:
+    """:func:`_entry_of` for a schema 2-3 tsvector (no session key; own terms weight A)."""
+    own: list[str] = []
+    lent: list[str] = []
+    for match in _LEXEME.finditer(vector):
+        term = _unquote(match.group(1))
+        for position in (match.group(2) or "1").split(","):
+            (own if position.endswith("A") else lent).append(term)
+    return own, lent
+
+
+def _reads_sql(
+    plan: Plan, key: int, role: str | None, newest: Mapping[int, Sequence[int]]
+) -> tuple[str, list[Any]]:
+    """The statement that reads a plan's postings and probes (``$1`` the session's key, the
+    returned arguments after it; ``""`` when there is nothing to read): rows ``(tag, seqs)``,
+    the seqs of read n (``r<n>``: all of a conjunction, its newest taken after) and those probe
+    term i found (``p<i>``: among the messages holding a term read whole, or from the oldest of
+    ``newest`` on, the newest of one term read before: read n -> its seqs).
+
+    The lexemes carry the session's key, so a term's GIN posting list is this session's alone,
+    and a conjunction is intersected inside the index."""
+    args: list[Any] = []
+
+    def param(value: Any) -> str:
+        args.append(value)
+        return f"${len(args) + 1}"
+
+    quoted = [_quote_lexeme(_lexeme(key, t)) for t in plan.terms]
+    role_sql = f" AND role = {param(role)}" if role is not None else ""
+    where = "FROM {p}search_docs WHERE search @@ "
+    parts: list[str] = []
+    for n, read in enumerate(plan.reads):
+        if n not in newest:
+            query = " & ".join(quoted[i] for i in read.terms)
+            parts.append(f"SELECT 'r{n}' AS tag, seq {where}{param(query)}::tsquery{role_sql}")
+    any_whole = " | ".join(quoted[i] for i in plan.whole)
+    for i in plan.probes:
+        if any_whole:
+            query = f"{quoted[i]} & ({any_whole})"
+            parts.append(f"SELECT 'p{i}' AS tag, seq {where}{param(query)}::tsquery{role_sql}")
+        for n, seqs in newest.items():
+            [term] = plan.reads[n].terms
+            if seqs and term != i:
+                query = f"{quoted[i]} & {quoted[term]}"
+                parts.append(
+                    f"SELECT 'p{i}' AS tag, seq FROM {{p}}search_docs WHERE search_key = $1"
+                    f" AND seq >= {param(min(seqs))} AND search @@ {param(query)}::tsquery"
+                    f"{role_sql}"
+                )
+    if not parts:
+        return "", []
+    # The statement takes the session's key as $1 whether or not a part reads it.
+    parts[0] += " AND $1::bigint IS NOT NULL"
+    sql = f"SELECT tag, array_agg(seq) AS seqs FROM ({' UNION ALL '.join(parts)}) r GROUP BY tag"
+    return sql, args
+
+
+def _server_settings(dsn: str) -> dict[str, str]:
+    """Settings of the pool's connections, unless the URL sets them: no parallel workers (every
+    statement here is small; starting workers cost a search more than it saved)."""
+    given = {name for name, _ in parse_qsl(urlsplit(dsn).query)}
+    if "max_parallel_workers_per_gather" in given:
+        return {}
+    return {"max_parallel_workers_per_gather": "0"}

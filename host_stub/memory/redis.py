@@ -38,7 +38,9 @@ Keys, all under ``prefix`` (default ``hs:``; a ``?prefix=`` in the URL overrides
 
 The search index (``xd``, ``xf``, ``xp``) is written by the same scripts that append, clear and
 delete messages, so it never disagrees with the messages; the search itself is one script that
-ranks the matches with BM25.
+follows ``host_stub.memory._search`` (its plan, estimate and BM25). Its posting sets are ordered
+by frequency, not seq: the one term of which only the newest postings are read is read whole
+and the newest taken in the script.
 
 A message record is ``{"epoch":E,"role":R,"kind":K,"tokens":N,"body":{...}}`` and a metadata
 entry ``{"version":V,"deleted":B,"updated_at":MS,"value":{...}|null}``, always with the fields
@@ -82,6 +84,7 @@ from ..services import (
     Snapshot,
 )
 from ..session_ids import check_session_id
+from . import _search
 from ._common import (
     TokenCounter,
     body_of,
@@ -97,7 +100,14 @@ from ._common import (
     to_datetime,
     tokens_of,
 )
-from ._search import CONTEXT_SPAN, CONTEXT_WEIGHT, context_of, own_terms, query_terms
+from ._search import (
+    CONTEXT_SPAN,
+    CONTEXT_WEIGHT,
+    context_of,
+    own_terms,
+    plan_search,
+    query_terms,
+)
 
 __all__ = ["RedisMemory", "redact_url"]
 
@@ -276,50 +286,163 @@ end
 return out
 """
 
-# KEYS: xd, xf, m, x; ARGV: index base, limit, role ('' = any), terms...
-# -> flat list seq, record, reason, score, stored at (ms), best first
+# KEYS: xd, m, x; ARGV: index base, limit, role ('' = any), rescore, average length, n terms,
+# terms..., their idfs..., n reads, reads ("<limit, -1: all>:<term>,<term>...", 1-based)...,
+# probes (1-based terms)... -> flat list seq, record, reason, score, stored at (ms), best first.
+# Carries out a plan of host_stub/memory/_search.py (plan_search), then choose and score.
 _SEARCH = r"""
-local n = redis.call('HLEN', KEYS[1])
-if n == 0 then return {} end
-local avg = tonumber(redis.call('HGET', KEYS[2], '#len') or '0') / n
+local base, limit, role = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local rescore, avg = tonumber(ARGV[4]), tonumber(ARGV[5])
+if rescore < limit then rescore = limit end
 if avg <= 0 then avg = 1 end
-local scores, lens = {}, {}
-for i = 4, #ARGV do
-  local df = tonumber(redis.call('HGET', KEYS[2], ARGV[i]) or '0')
-  if df > 0 then
-    local idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-    local post = redis.call('ZRANGE', ARGV[1] .. ARGV[i], 0, -1, 'WITHSCORES')
-    for j = 1, #post, 2 do
-      local seq, tf = post[j], tonumber(post[j + 1])
-      local len = lens[seq]
-      if not len then
-        len = tonumber(string.match(redis.call('HGET', KEYS[1], seq), '^(%S+)'))
-        lens[seq] = len
+local nt = tonumber(ARGV[6])
+local terms, idfs = {}, {}
+for t = 1, nt do
+  terms[t] = ARGV[6 + t]
+  idfs[t] = tonumber(ARGV[6 + nt + t])
+end
+local at = 7 + 2 * nt
+local nr = tonumber(ARGV[at])
+local reads = {}
+for r = 1, nr do
+  local cap, list = string.match(ARGV[at + r], '^(-?%d+):(.*)$')
+  local ts = {}
+  for t in string.gmatch(list, '%d+') do ts[#ts + 1] = tonumber(t) end
+  reads[r] = {tonumber(cap), ts}
+end
+local probes = {}
+for j = at + nr + 1, #ARGV do probes[#probes + 1] = tonumber(ARGV[j]) end
+local roles = {}
+local function wanted(seq)
+  if role == '' then return true end
+  local r = roles[seq]
+  if r == nil then
+    local _, got = head(redis.call('HGET', KEYS[2], seq))
+    r = got == role
+    roles[seq] = r
+  end
+  return r
+end
+-- holders[t]: seq -> the term's frequency, for the candidates known to hold term t (all of
+-- them, complete[t], for the terms read whole); est: seq -> summed idf
+local holders, complete, est, cands = {}, {}, {}, {}
+for t = 1, nt do holders[t] = {} end
+local function hold(t, seq, tf)
+  if holders[t][seq] then return end
+  holders[t][seq] = tf
+  if not est[seq] then
+    est[seq] = 0
+    cands[#cands + 1] = seq
+  end
+  est[seq] = est[seq] + idfs[t]
+end
+local windows = {}  -- the newest of one term: {term, oldest seq read}
+for _, read in ipairs(reads) do
+  local cap, ts = read[1], read[2]
+  -- the smallest posting set, newest first; the others looked up (the sets are ordered by
+  -- frequency, not seq)
+  local first = ts[1]
+  for _, t in ipairs(ts) do
+    if redis.call('ZCARD', base .. terms[t]) < redis.call('ZCARD', base .. terms[first]) then
+      first = t
+    end
+  end
+  local post = redis.call('ZRANGE', base .. terms[first], 0, -1, 'WITHSCORES')
+  local items = {}
+  for j = 1, #post, 2 do items[#items + 1] = {tonumber(post[j]), tonumber(post[j + 1])} end
+  if cap >= 0 then table.sort(items, function(a, b) return a[1] > b[1] end) end
+  local taken, oldest = 0, nil
+  for _, item in ipairs(items) do
+    if cap >= 0 and taken >= cap then break end
+    local seq = item[1]
+    local tfs, all = {}, true
+    for _, t in ipairs(ts) do
+      if t == first then
+        tfs[t] = item[2]
+      else
+        local tf = redis.call('ZSCORE', base .. terms[t], seq)
+        if not tf then
+          all = false
+          break
+        end
+        tfs[t] = tonumber(tf)
       end
-      scores[seq] = (scores[seq] or 0)
-        + idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * len / avg))
+    end
+    if all and wanted(seq) then
+      for _, t in ipairs(ts) do hold(t, seq, tfs[t]) end
+      taken = taken + 1
+      oldest = seq
+    end
+  end
+  if cap < 0 then complete[ts[1]] = true end
+  if cap >= 0 and #ts == 1 and oldest then windows[#windows + 1] = {ts[1], oldest} end
+end
+if #cands == 0 then return {} end
+-- the probes look among the candidates holding a term read whole, and those from the oldest
+-- of the newest of one term on holding that term (as the SQL stores do)
+local found = #cands
+for _, u in ipairs(probes) do
+  for j = 1, found do
+    local seq = cands[j]
+    local look = false
+    for t in pairs(complete) do
+      if holders[t][seq] then
+        look = true
+        break
+      end
+    end
+    if not look then
+      for _, w in ipairs(windows) do
+        if w[1] ~= u and seq >= w[2] and holders[w[1]][seq] then
+          look = true
+          break
+        end
+      end
+    end
+    if look then
+      local tf = redis.call('ZSCORE', base .. terms[u], seq)
+      if tf then hold(u, seq, tonumber(tf)) end
     end
   end
 end
-local items = {}
-for seq, score in pairs(scores) do items[#items + 1] = {tonumber(seq), score} end
-table.sort(items, function(p, q)
+local chosen = cands
+if #cands > rescore then
+  table.sort(cands, function(p, q)
+    if est[p] ~= est[q] then return est[p] > est[q] end
+    return p > q
+  end)
+  chosen = {}
+  for j = 1, rescore do chosen[j] = cands[j] end
+end
+local scored = {}
+for _, seq in ipairs(chosen) do
+  local raw = redis.call('HGET', KEYS[1], seq)
+  local len = tonumber(string.match(raw, '^(%S+)'))
+  local norm = 1.2 * (1 - 0.75 + 0.75 * len / avg)
+  local total = 0
+  for t = 1, nt do
+    if idfs[t] > 0 then
+      local tf = holders[t][seq]
+      if tf == nil and not complete[t] then
+        tf = tonumber(redis.call('ZSCORE', base .. terms[t], seq) or '0')
+      end
+      if tf and tf > 0 then total = total + idfs[t] * tf * (1.2 + 1) / (tf + norm) end
+    end
+  end
+  if total > 0 then scored[#scored + 1] = {seq, total, string.match(raw, '^%S+ (%d+)')} end
+end
+table.sort(scored, function(p, q)
   if p[2] ~= q[2] then return p[2] > q[2] end
   return p[1] > q[1]
 end)
-local out, limit, found = {}, tonumber(ARGV[2]), 0
-for _, item in ipairs(items) do
-  if found >= limit then break end
-  local raw = redis.call('HGET', KEYS[3], item[1])
-  local _, role = head(raw)
-  if ARGV[3] == '' or role == ARGV[3] then
-    found = found + 1
-    out[#out + 1] = item[1]
-    out[#out + 1] = raw
-    out[#out + 1] = redis.call('HGET', KEYS[4], item[1])
-    out[#out + 1] = string.format('%.17g', item[2])
-    out[#out + 1] = string.match(redis.call('HGET', KEYS[1], item[1]), '^%S+ (%d+)')
-  end
+local out = {}
+for j = 1, math.min(limit, #scored) do
+  local item = scored[j]
+  out[#out + 1] = item[1]
+  out[#out + 1] = redis.call('HGET', KEYS[2], item[1])
+  out[#out + 1] = redis.call('HGET', KEYS[3], item[1])
+  out[#out + 1] = string.format('%.17g', item[2])
+  out[#out + 1] = item[3]
 end
 return out
 """
@@ -759,7 +882,37 @@ class RedisMemory:
             return []
         _, m, _, _, x = self._session_keys(session_id)
         xd, xf, _, base = self._index_keys(session_id)
-        flat = await self._run("search", [xd, xf, m, x], [base, limit, role or "", *terms])
+        with self._errors():
+            async with self._client.pipeline(transaction=False) as pipe:
+                pipe.hlen(xd)
+                pipe.hget(xf, "#len")
+                pipe.hmget(xf, terms)
+                n_docs, total, dfs = await pipe.execute()
+        if not n_docs:
+            return []
+        plan = plan_search(
+            terms, [int(df or 0) for df in dfs], int(n_docs), float(total or 0), limit=limit
+        )
+        if not plan.reads:
+            return []
+        reads = [
+            f"{-1 if r.limit is None else r.limit}:{','.join(str(i + 1) for i in r.terms)}"
+            for r in plan.reads
+        ]
+        args = [
+            base,
+            limit,
+            role or "",
+            _search.RESCORE,
+            repr(plan.avg_len),
+            len(terms),
+            *terms,
+            *(repr(w) for w in plan.idfs),
+            len(reads),
+            *reads,
+            *(i + 1 for i in plan.probes),
+        ]
+        flat = await self._run("search", [xd, m, x], args)
         return [
             SearchHit(
                 message=_message(flat[i], flat[i + 1], flat[i + 2]),

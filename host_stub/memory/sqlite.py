@@ -39,6 +39,17 @@ Leases. A lease row outlives its releases (its token is emptied): its ``fence`` 
 every acquisition, and a fenced write checks it inside its own transaction. Expiry is read from
 ``clock`` (``time.time`` unless a test injects one); every process on the file must share it.
 
+Search. An FTS5 table (``search``: a message's own terms and the terms it is lent, each column
+space-joined) holds a session's entries as one rowid range (``key << 32 | seq``); next to it,
+``search_sessions`` (each session's key, number and total length of entries) and
+``search_terms`` (each term's document frequency in each session), written in the transactions
+that write the entries. A search follows ``_search.plan_search``: it reads the planned lists and
+conjunctions (``group_concat`` of the rowids; ``ORDER BY rowid DESC LIMIT k`` for the newest of
+one term; an ``AND`` query read whole, its newest kept, as FTS5 walks those backwards slowly),
+probes the other terms with FTS5 ``AND`` queries, and scores the candidates ``_search.choose``
+picks from FTS5's content table (``search_content``). FTS5's own ``bm25`` is not used: it ranks
+every match and takes its statistics from every session of the file.
+
 Tracing. :meth:`SQLiteMemory.set_trace_callback` installs a ``sqlite3`` trace callback on the
 connection. It runs in the worker thread just before each statement (``BEGIN`` and ``COMMIT``
 included), so a callback that blocks holds the transaction it is in; the crash tests stop a
@@ -81,12 +92,25 @@ from ._common import (
     to_datetime,
     tokens_of,
 )
-from ._search import CONTEXT_SPAN, Indexed, own_terms, query_terms, with_context
+from ._search import (
+    CONTEXT_SPAN,
+    Indexed,
+    choose,
+    distinct_terms,
+    doc_length,
+    own_terms,
+    plan_search,
+    query_terms,
+    score,
+    stored_counts,
+    top,
+    with_context,
+)
 
 __all__ = ["SCHEMA_VERSION", "SQLiteMemory"]
 
 #: Stored in ``PRAGMA user_version``; bump it and add a step to ``_MIGRATIONS`` on schema changes.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _MIGRATIONS: dict[int, str] = {
     # from version 0 (empty file) to 1
@@ -147,6 +171,19 @@ _MIGRATIONS: dict[int, str] = {
     3: """
     CREATE INDEX IF NOT EXISTS messages_active ON messages (session_id, seq)
         WHERE archived IS NULL;
+    """,
+    # 4 -> 5: what a search ranks with, per session (filled by _backfill_stats): the number and
+    # total length of its indexed messages, and each term's document frequency, so a search reads
+    # only the postings it needs (see _search.plan_reads) instead of ranking every match
+    4: """
+    ALTER TABLE search_sessions ADD COLUMN docs INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE search_sessions ADD COLUMN length REAL NOT NULL DEFAULT 0;
+    CREATE TABLE IF NOT EXISTS search_terms (
+        session INTEGER NOT NULL,
+        term    TEXT NOT NULL,
+        df      INTEGER NOT NULL,
+        PRIMARY KEY (session, term)
+    ) WITHOUT ROWID;
     """,
 }
 
@@ -294,6 +331,8 @@ class SQLiteMemory:
                         db.execute(statement)
                 if version == 1:
                     _backfill_search(db)
+                if version == 4:
+                    _backfill_stats(db)
                 version += 1
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             db.execute("COMMIT")
@@ -417,34 +456,16 @@ class SQLiteMemory:
         terms = query_terms(query)
         if not terms or not limit:
             return []
-        match = " OR ".join(f'"{t}"' for t in terms)
 
-        def job(db: sqlite3.Connection) -> list[_Row]:
-            key = _search_key(db, session_id, create=False)
-            if key is None:
-                return []
-            low = key << _SEQ_BITS
-            role_sql = " AND m.role = ?" if role is not None else ""
-            return db.execute(
-                f"SELECT {_PREFIXED_COLUMNS}, m.created_at, -s.rank FROM search s"
-                " JOIN messages m ON m.session_id = ? AND m.seq = s.rowid - ?"
-                f" WHERE s.search MATCH ? AND s.rowid BETWEEN ? AND ?{role_sql}"
-                " ORDER BY s.rank, m.seq DESC LIMIT ?",
-                (
-                    session_id,
-                    low,
-                    match,
-                    low,
-                    low | _SEQ_MASK,
-                    *((role,) if role is not None else ()),
-                    limit,
-                ),
-            ).fetchall()
+        def job(db: sqlite3.Connection) -> list[tuple[_Row, float]]:
+            return _search(db, session_id, terms, role, limit)
 
-        rows = await self._call(job, write=False)
+        found = await self._call(job, write=False)
         return [
-            SearchHit(message=message, score=row[-1], stored_at=to_datetime(row[-2]))
-            for message, row in zip(_messages(r[:-2] for r in rows), rows, strict=True)
+            SearchHit(message=message, score=value, stored_at=to_datetime(row[-1]))
+            for message, (row, value) in zip(
+                _messages(row[:-1] for row, _ in found), found, strict=True
+            )
         ]
 
     async def get_range(self, session_id: str, from_seq: int, to_seq: int) -> list[Message]:
@@ -851,9 +872,16 @@ def _search_key(db: sqlite3.Connection, session_id: str, *, create: bool) -> int
     return None if key is None else int(key)
 
 
-def _index(db: sqlite3.Connection, session_id: str, docs: Sequence[tuple[int, Indexed]]) -> None:
+def _index(
+    db: sqlite3.Connection,
+    session_id: str,
+    docs: Sequence[tuple[int, Indexed]],
+    *,
+    stats: bool = True,
+) -> None:
     """Add ``(seq, (own terms, lent terms))`` entries to the search index (the lent terms in
-    a column of their own, weighted ``CONTEXT_WEIGHT`` by the table's ``rank``)."""
+    a column of their own) and, unless ``stats`` is off, to the session's counts (number of
+    entries, total length, each term's document frequency)."""
     if not docs:
         return
     key = _search_key(db, session_id, create=True)
@@ -862,23 +890,163 @@ def _index(db: sqlite3.Connection, session_id: str, docs: Sequence[tuple[int, In
         "INSERT INTO search (rowid, terms, context) VALUES (?, ?, ?)",
         [((key << _SEQ_BITS) | seq, " ".join(own), " ".join(ctx)) for seq, (own, ctx) in docs],
     )
+    if stats:
+        _count_terms(db, key, [indexed for _, indexed in docs], 1)
+
+
+def _count_terms(db: sqlite3.Connection, key: int, docs: Sequence[Indexed], sign: int) -> None:
+    """Add (``sign`` 1) or remove (-1) entries in the session's counts."""
+    dfs: dict[str, int] = {}
+    for indexed in docs:
+        for term in distinct_terms(indexed):
+            dfs[term] = dfs.get(term, 0) + 1
+    length = sum(doc_length(indexed) for indexed in docs)
+    db.execute(
+        "UPDATE search_sessions SET docs = docs + ?, length = length + ? WHERE id = ?",
+        (sign * len(docs), sign * length, key),
+    )
+    if sign > 0:
+        db.executemany(
+            "INSERT INTO search_terms (session, term, df) VALUES (?, ?, ?)"
+            " ON CONFLICT (session, term) DO UPDATE SET df = df + excluded.df",
+            [(key, term, df) for term, df in dfs.items()],
+        )
+    else:
+        db.executemany(
+            "UPDATE search_terms SET df = df - ? WHERE session = ? AND term = ?",
+            [(df, key, term) for term, df in dfs.items()],
+        )
+        db.execute("DELETE FROM search_terms WHERE session = ? AND df <= 0", (key,))
 
 
 def _unindex(db: sqlite3.Connection, session_id: str, seqs: Sequence[int] | None) -> None:
-    """Remove the session's entries (``seqs`` ``None``: all of them) from the search index."""
+    """Remove the session's entries (``seqs`` ``None``: all of them) from the search index and
+    its counts."""
     key = _search_key(db, session_id, create=False)
     if key is None:
         return
     low = key << _SEQ_BITS
     if seqs is None:
         db.execute("DELETE FROM search WHERE rowid BETWEEN ? AND ?", (low, low | _SEQ_MASK))
-    else:
-        db.executemany("DELETE FROM search WHERE rowid = ?", [(low | seq,) for seq in seqs])
+        db.execute("DELETE FROM search_terms WHERE session = ?", (key,))
+        db.execute("UPDATE search_sessions SET docs = 0, length = 0 WHERE id = ?", (key,))
+        return
+    gone: list[Indexed] = []
+    for seq in seqs:
+        row = _one(db, "SELECT terms, context FROM search WHERE rowid = ?", (low | seq,))
+        if row is not None:
+            gone.append((row[0].split(), row[1].split()))
+            db.execute("DELETE FROM search WHERE rowid = ?", (low | seq,))
+    if gone:
+        _count_terms(db, key, gone, -1)
+
+
+def _search(
+    db: sqlite3.Connection, session_id: str, terms: list[str], role: str | None, limit: int
+) -> list[tuple[_Row, float]]:
+    """The ``limit`` best matches of the session for ``terms``: (message row + stored at, score),
+    best first, found and ranked as ``_search.plan_search`` and ``choose`` say."""
+    row = _one(
+        db, "SELECT id, docs, length FROM search_sessions WHERE session_id = ?", (session_id,)
+    )
+    if row is None or not row[1]:
+        return []
+    key, n_docs, total = int(row[0]), int(row[1]), float(row[2])
+    low, high = key << _SEQ_BITS, (key << _SEQ_BITS) | _SEQ_MASK
+    known = dict(
+        db.execute(
+            f"SELECT term, df FROM search_terms WHERE session = ?"
+            f" AND term IN ({','.join('?' * len(terms))})",
+            (key, *terms),
+        ).fetchall()
+    )
+    plan = plan_search(terms, [int(known.get(t, 0)) for t in terms], n_docs, total, limit=limit)
+    quoted = [f'"{t}"' for t in terms]
+
+    def match(query: str, *, since: int = 0, newest: int | None = None, roles: bool) -> set[int]:
+        """The rowids (of this session's entries, from seq ``since`` on) that match ``query``."""
+        sql = "SELECT s.rowid AS id FROM search s"
+        args: list[Any] = []
+        if roles and role is not None:
+            sql += " JOIN messages m ON m.session_id = ? AND m.seq = s.rowid - ? AND m.role = ?"
+            args += [session_id, low, role]
+        sql += " WHERE s.search MATCH ? AND s.rowid BETWEEN ? AND ?"
+        args += [query, low | since, high]
+        if newest is not None:
+            sql += " ORDER BY s.rowid DESC LIMIT ?"
+            args.append(newest)
+        # One string per list: far cheaper than a Python row per posting.
+        (ids,) = db.execute(f"SELECT group_concat(id) FROM ({sql})", args).fetchone()
+        return set(map(int, ids.split(","))) if ids else set()
+
+    holders: dict[int, set[int]] = {}
+    found: list[set[int]] = []  # rowids, per read
+    for read in plan.reads:
+        query = " AND ".join(quoted[i] for i in read.terms)
+        if len(read.terms) == 1:
+            got = match(query, newest=read.limit, roles=True)
+        else:
+            # An intersection read whole is small, and FTS5 walks it backwards slowly.
+            got = match(query, roles=True)
+            if read.limit is not None and len(got) > read.limit:
+                got = set(sorted(got)[-read.limit :])
+        found.append(got)
+        for i in read.terms:
+            holders.setdefault(i, set()).update(got)
+    candidates: set[int] = set().union(*found)
+    if not candidates:
+        return []
+    # Which candidates hold the terms not read whole: FTS5 intersects the lists (the whole lists
+    # over the session, the newest of one term from its oldest message read on). Those found
+    # by a conjunction are not probed: the conjunctions of more terms, read first, found them.
+    any_whole = " OR ".join(quoted[i] for i in plan.whole)
+    newest = [(r, got) for r, got in zip(plan.reads, found, strict=True) if r.limit and got]
+    for i in plan.probes:
+        hold: set[int] = set()
+        if any_whole:
+            hold |= match(f"{quoted[i]} AND ({any_whole})", roles=False)
+        for r, got in newest:
+            if len(r.terms) == 1 and i not in r.terms:
+                query = f"{quoted[i]} AND {quoted[r.terms[0]]}"
+                hold |= match(query, since=min(got) & _SEQ_MASK, roles=False)
+        holders.setdefault(i, set()).update(hold & candidates)
+    chosen = choose(plan, holders, limit)  # rowids: in one session, in the order of the seqs
+    entries = _rows_in(db, "SELECT id, c0, c1 FROM search_content WHERE id IN ({})", (), chosen)
+    index = {t: i for i, t in enumerate(terms)}
+    scores = score(
+        plan,
+        (
+            (int(rowid) & _SEQ_MASK, *stored_counts(index, own, context))
+            for rowid, own, context in entries
+        ),
+    )
+    best = top(scores, limit)
+    if not best:
+        return []
+    sql = (
+        f"SELECT {_MESSAGE_COLUMNS}, created_at FROM messages"
+        " WHERE session_id = ? AND seq IN ({})"
+    )
+    rows = {r[0]: r for r in _rows_in(db, sql, (session_id,), [seq for seq, _ in best])}
+    return [(rows[seq], value) for seq, value in best if seq in rows]
+
+
+def _rows_in(
+    db: sqlite3.Connection, sql: str, args: Sequence[Any], values: Sequence[int]
+) -> list[_Row]:
+    """``sql`` (its ``IN ({})`` filled with placeholders) run for ``values`` in slices that stay
+    under SQLite's limit on parameters."""
+    out: list[_Row] = []
+    for i in range(0, len(values), 500):
+        part = values[i : i + 500]
+        out += db.execute(sql.format(",".join("?" * len(part))), (*args, *part)).fetchall()
+    return out
 
 
 def _backfill_search(db: sqlite3.Connection) -> None:
     """Migration 1 -> 2: index what a search may find of the stored messages (the current
-    epoch's, not cleared or deleted; what an earlier clear left archived is not brought back)."""
+    epoch's, not cleared or deleted; what an earlier clear left archived is not brought back).
+    The counts come with migration 4 -> 5 (:func:`_backfill_stats`)."""
     rows = db.execute(
         f"SELECT m.session_id, {_PREFIXED_COLUMNS} FROM messages m"
         " JOIN sessions s ON s.session_id = m.session_id AND s.epoch = m.epoch"
@@ -891,7 +1059,23 @@ def _backfill_search(db: sqlite3.Connection) -> None:
     for session_id, messages in by_session.items():
         terms = with_context([own_terms(m) for m in messages], None)
         docs = [(m.seq or 0, t) for m, t in zip(messages, terms, strict=True) if t is not None]
-        _index(db, session_id, docs)
+        _index(db, session_id, docs, stats=False)
+
+
+def _backfill_stats(db: sqlite3.Connection) -> None:
+    """Migration 4 -> 5: each session's counts, from the entries in the search index."""
+    keys = [int(k) for (k,) in db.execute("SELECT id FROM search_sessions ORDER BY id")]
+    for key in keys:
+        low = key << _SEQ_BITS
+        docs: list[Indexed] = [
+            (own.split(), context.split())
+            for own, context in db.execute(
+                "SELECT terms, context FROM search WHERE rowid BETWEEN ? AND ?",
+                (low, low | _SEQ_MASK),
+            )
+        ]
+        if docs:
+            _count_terms(db, key, docs, 1)
 
 
 # -- decoding (on the event loop, after the transaction) ----------------------------------------

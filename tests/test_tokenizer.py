@@ -164,3 +164,59 @@ def test_a_missing_encoding_falls_back_to_the_bundled_one(
         assert tokenizer._encoding("r50k_base").name == "cl100k_base"
     finally:
         tokenizer._encoding.cache_clear()
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_the_cached_tables_are_the_bundled_ones(
+    name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """An encoding read back from the cache file has the bundled file's tables, rank for rank."""
+    from tiktoken_ext.openai_public import ENCODING_CONSTRUCTORS
+
+    monkeypatch.setenv("HOST_STUB_CACHE_DIR", str(tmp_path))
+    bundled = ENCODING_CONSTRUCTORS[name]()
+    tokenizer._encoding.cache_clear()
+    try:
+        tokenizer._encoding(name)  # parses the bundled file, writes the cache
+        (cached,) = tmp_path.glob(f"tiktoken-{name}-*.marshal")
+        spec = tokenizer._read_spec(cached)
+        assert spec is not None
+        assert spec["mergeable_ranks"] == bundled["mergeable_ranks"]
+        assert list(spec["mergeable_ranks"].values()) == sorted(bundled["mergeable_ranks"].values())
+        assert spec["special_tokens"] == bundled["special_tokens"]
+        assert spec["pat_str"] == bundled["pat_str"]
+        tokenizer._encoding.cache_clear()
+        assert tokenizer._encoding(name)._mergeable_ranks == bundled["mergeable_ranks"]
+    finally:
+        tokenizer._encoding.cache_clear()
+
+
+def test_a_damaged_cache_file_is_parsed_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """A cache file cut short, of the old layout (one dict of ranks) or with lengths that do not
+    add up is not used: the bundled file is parsed again and the cache rewritten."""
+    import marshal
+
+    monkeypatch.setenv("HOST_STUB_CACHE_DIR", str(tmp_path))
+    text = "Hello 世界, 我对花生严重过敏。"
+    tokenizer._encoding.cache_clear()
+    try:
+        expected = len(tokenizer._encoding("cl100k_base").encode(text))
+        (cached,) = tmp_path.glob("tiktoken-cl100k_base-*.marshal")
+        good = cached.read_bytes()
+        packed = marshal.loads(good)
+        old_layout = {
+            "pat_str": packed["pat_str"],
+            "special_tokens": packed["special_tokens"],
+            "mergeable_ranks": {b"a": 0, b"b": 1},
+        }
+        short = dict(packed, tokens=packed["tokens"][:-5])
+        for damaged in (good[: len(good) // 2], marshal.dumps(old_layout), marshal.dumps(short)):
+            cached.write_bytes(damaged)
+            assert tokenizer._read_spec(cached) is None
+            tokenizer._encoding.cache_clear()
+            assert len(tokenizer._encoding("cl100k_base").encode(text)) == expected
+            assert tokenizer._read_spec(cached) is not None  # rewritten
+    finally:
+        tokenizer._encoding.cache_clear()

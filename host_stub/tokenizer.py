@@ -16,12 +16,12 @@ Message content that is not text (images, files) returns ``None`` from :func:`co
 and the caller asks litellm.
 
 Model windows come from litellm's bundled price / context-window file
-(``model_prices_and_context_window_backup.json``), read once on first use (:func:`catalog_limits`).
+(``model_prices_and_context_window_backup.json``), read once on first use (:func:`catalog_limits`);
+the fields the host reads are cached beside the encodings.
 """
 
 from __future__ import annotations
 
-import array
 import contextlib
 import hashlib
 import importlib.util
@@ -200,79 +200,45 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "host-stub"
 
 
-#: The cache file's layout; a file of another layout is not read (its name differs).
-SPEC_FORMAT = 2
-
-
 def _spec_cache_path(name: str, source: Path) -> Path:
     """The cache file of one encoding, keyed by the bundled file (path, size, mtime), tiktoken's
-    version, the interpreter's (marshal's format is the interpreter's) and :data:`SPEC_FORMAT`."""
+    version and the interpreter's (marshal's format is the interpreter's)."""
     import tiktoken
 
     stat = source.stat()
     key = (
         f"{source}|{stat.st_size}|{stat.st_mtime_ns}|{tiktoken.__version__}|{sys.version_info[:2]}"
-        f"|{SPEC_FORMAT}"
     )
     digest = hashlib.sha1(key.encode()).hexdigest()[:16]
     return cache_dir() / f"tiktoken-{name}-{digest}.marshal"
 
 
-def pack_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """An encoding's tables in the cache's layout: the tokens' bytes joined into one string with
-    their lengths beside them, in rank order (reading 200,000 small ``bytes`` back from marshal
-    takes several times longer than cutting them from one)."""
-    ranks: Mapping[bytes, int] = spec["mergeable_ranks"]
-    tokens = sorted(ranks, key=ranks.__getitem__)
-    lengths = array.array("I", map(len, tokens))
-    return {
-        "pat_str": spec["pat_str"],
-        "special_tokens": dict(spec["special_tokens"]),
-        "tokens": b"".join(tokens),
-        "lengths": lengths.tobytes(),
-        "ranks": array.array("I", map(ranks.__getitem__, tokens)).tobytes(),
-    }
-
-
-def unpack_spec(packed: Any) -> dict[str, Any] | None:
-    """The ``tiktoken.Encoding`` arguments from :func:`pack_spec`'s layout; ``None`` for anything
-    else (a damaged or foreign file)."""
-    if not isinstance(packed, dict) or set(packed) != {
-        "pat_str",
-        "special_tokens",
-        "tokens",
-        "lengths",
-        "ranks",
-    }:
-        return None
-    blob, pat_str, special = packed["tokens"], packed["pat_str"], packed["special_tokens"]
-    if not (isinstance(blob, bytes) and isinstance(pat_str, str) and isinstance(special, dict)):
-        return None
-    try:
-        lengths = array.array("I", packed["lengths"])
-        ranks = array.array("I", packed["ranks"])
-    except (TypeError, ValueError):
-        return None
-    if len(lengths) != len(ranks) or len(lengths) <= 1000 or sum(lengths) != len(blob):
-        return None
-    ends = list(itertools.accumulate(lengths))
-    tokens = list(map(blob.__getitem__, map(slice, [0, *ends[:-1]], ends)))
-    mergeable = dict(zip(tokens, ranks, strict=True))
-    if len(mergeable) != len(tokens):
-        return None
-    return {"pat_str": pat_str, "mergeable_ranks": mergeable, "special_tokens": special}
+def _valid_spec(spec: Any) -> bool:
+    if not isinstance(spec, dict) or set(spec) != {"pat_str", "mergeable_ranks", "special_tokens"}:
+        return False
+    ranks = spec["mergeable_ranks"]
+    return (
+        isinstance(spec["pat_str"], str)
+        and isinstance(spec["special_tokens"], dict)
+        and isinstance(ranks, dict)
+        and len(ranks) > 1000
+        and all(
+            isinstance(k, bytes) and isinstance(v, int)
+            for k, v in itertools.islice(ranks.items(), 64)
+        )
+    )
 
 
 def _read_spec(path: Path) -> dict[str, Any] | None:
     try:
-        with path.open("rb") as fh:
-            packed = marshal.load(fh)
+        # marshal.load(file) reads in small pieces: several times slower than one read.
+        spec = marshal.loads(path.read_bytes())
     except (OSError, EOFError, ValueError, TypeError):
         return None
-    return unpack_spec(packed)
+    return spec if _valid_spec(spec) else None
 
 
-def _write_spec(path: Path, spec: dict[str, Any]) -> None:
+def _write_marshal(path: Path, value: Any) -> None:
     """Best effort, atomic (a reader never sees half a file); an unwritable cache is skipped."""
     import tempfile
 
@@ -281,7 +247,7 @@ def _write_spec(path: Path, spec: dict[str, Any]) -> None:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as fh:
-                marshal.dump(pack_spec(spec), fh)
+                marshal.dump(value, fh)
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -295,8 +261,7 @@ def _write_spec(path: Path, spec: dict[str, Any]) -> None:
 def _encoding(name: str) -> Any:
     """The tiktoken encoding ``name`` from the bundled files (``cl100k_base`` if they lack it).
     Parsing the bundled file takes most of the load (about 150 ms for ``o200k_base``), so the
-    parsed tables are kept in :func:`cache_dir` as a marshal file (:func:`pack_spec`) and read
-    from there next time."""
+    parsed tables are kept in :func:`cache_dir` as a marshal file and read from there next time."""
     import tiktoken
 
     with _lock:
@@ -318,7 +283,7 @@ def _encoding(name: str) -> Any:
 
             built = ENCODING_CONSTRUCTORS[name]()
             spec = {k: built[k] for k in ("pat_str", "mergeable_ranks", "special_tokens")}
-            _write_spec(path, spec)
+            _write_marshal(path, spec)
         return tiktoken.Encoding(name, **spec)
 
 
@@ -381,8 +346,47 @@ def count_messages(model: str, messages: Sequence[Mapping[str, Any]]) -> int | N
 
 _catalog: dict[str, Any] | None = None
 
+#: The fields of litellm's catalog entries the host reads (windows, provider, mode); the rest
+#: (prices and the like) is left out of the cached copy.
+CATALOG_FIELDS = (
+    "litellm_provider",
+    "mode",
+    "max_input_tokens",
+    "max_tokens",
+    "max_output_tokens",
+    "supports_pdf_input",
+)
+
+
+def _catalog_cache_path(source: Path) -> Path:
+    stat = source.stat()
+    key = f"{source}|{stat.st_size}|{stat.st_mtime_ns}|{sys.version_info[:2]}|{CATALOG_FIELDS}"
+    return cache_dir() / f"catalog-{hashlib.sha1(key.encode()).hexdigest()[:16]}.marshal"
+
+
+def reduce_catalog(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The catalog with only :data:`CATALOG_FIELDS` of each entry (no ``sample_spec``)."""
+    return {
+        name: {k: entry[k] for k in CATALOG_FIELDS if k in entry}
+        for name, entry in data.items()
+        if name != "sample_spec" and isinstance(entry, Mapping)
+    }
+
+
+def _read_catalog(path: Path) -> dict[str, dict[str, Any]] | None:
+    try:
+        data = marshal.loads(path.read_bytes())
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        return None
+    return data
+
 
 def _load_catalog() -> dict[str, Any]:
+    """litellm's bundled catalog, :data:`CATALOG_FIELDS` of each entry. Parsing the 3 MB file
+    takes tens of milliseconds, so the reduced copy is kept in :func:`cache_dir` (keyed by the
+    file's path, size and mtime) and read from there next time."""
     global _catalog
     if _catalog is None:
         with _lock:
@@ -392,10 +396,19 @@ def _load_catalog() -> dict[str, Any]:
                 if root is not None:
                     path = root / "model_prices_and_context_window_backup.json"
                     try:
-                        data = json.loads(path.read_text(encoding="utf-8"))
-                    except (OSError, ValueError):
-                        data = {}
-                data.pop("sample_spec", None)
+                        cached = _catalog_cache_path(path)
+                    except OSError:
+                        cached = None
+                    found = _read_catalog(cached) if cached is not None else None
+                    if found is not None:
+                        data = found
+                    else:
+                        try:
+                            data = reduce_catalog(json.loads(path.read_text(encoding="utf-8")))
+                        except (OSError, ValueError, AttributeError):
+                            data = {}
+                        if cached is not None and data:
+                            _write_marshal(cached, data)
                 _catalog = data
     return _catalog
 

@@ -164,14 +164,23 @@ async def test_in_memory_reads_copy_only_the_mutable_parts_of_a_message(
     deep: list[Any] = []
     real = Message.__deepcopy__
 
-    def counting(self: Message, memo: Any = None) -> Any:
-        deep.append(self.seq)
+    def counting(self: Any, memo: Any = None) -> Any:
+        deep.append(type(self).__name__)
         return real(self, memo)
 
+    from host_stub.services import MetadataEntry
+
+    record = {"summary": "Goal: a table for 4", "facts": [{"id": "RES-1"}]}
+    await memory.save_metadata("summary", "s", record)
     monkeypatch.setattr(Message, "__deepcopy__", counting)
+    monkeypatch.setattr(MetadataEntry, "__deepcopy__", counting)
     snap = await memory.snapshot("s")
     assert len(snap.messages) == 50 and deep == []
     monkeypatch.setattr(Message, "__deepcopy__", real)
+    assert snap.record is not None and snap.record.value == record
+    snap.record.value["facts"].append("changed")  # type: ignore[index]
+    again_record = (await memory.snapshot("s")).record
+    assert again_record is not None and again_record.value == record
 
     call = ToolCall(id="c1", function=ToolCallFunction(name="f", arguments="{}"), index=0)
     await memory.append(

@@ -397,7 +397,7 @@ class InMemoryMemory:
             found = [
                 e for (ns, _), e in self._metadata.items() if ns == namespace and not e.deleted
             ]
-            return [e.model_copy(deep=True) for e in sorted(found, key=lambda e: e.key)]
+            return [_copy_entry(e) for e in sorted(found, key=lambda e: e.key)]
 
     # -- leases -------------------------------------------------------------------------------
 
@@ -532,4 +532,10 @@ def _copy_value(value: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _entry_copy(entry: MetadataEntry | None) -> MetadataEntry | None:
-    return None if entry is None else entry.model_copy(deep=True)
+    return None if entry is None else _copy_entry(entry)
+
+
+def _copy_entry(entry: MetadataEntry) -> MetadataEntry:
+    """A private copy of a metadata entry: its value (JSON-clean, as it was saved) through JSON,
+    several times faster than a deep copy of a large summary record."""
+    return entry.model_copy(update={"value": _copy_value(entry.value)})

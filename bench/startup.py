@@ -215,13 +215,14 @@ def readme_install() -> list[str]:
     raise SystemExit("README.md: no quick-start line 'python3 -m venv .venv && ... pip install'")
 
 
-def time_quickstart(tmp: Path) -> dict[str, Any]:
+def time_quickstart(tmp: Path, install: list[str] | None = None) -> dict[str, Any]:
     """The README's quick start from a clean clone of the last commit: each step's wall and CPU
-    time (s), as a user runs it (the pip configuration and cache of this machine)."""
+    time (s), as a user runs it (the pip configuration and cache of this machine). ``install``:
+    other ``pip install`` arguments than the README's (to try one)."""
     clone = tmp / "clone"
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env.pop("PYTHONPYCACHEPREFIX", None)
-    install = readme_install()
+    install = install or readme_install()
     bin_dir = clone / ".venv" / "bin"
     steps = [
         ("git clone", ["git", "clone", "-q", str(ROOT), str(clone)], str(tmp)),
@@ -358,6 +359,11 @@ def main() -> None:
         action="store_true",
         help="the README's quick start from a clean clone (startup_quickstart)",
     )
+    p.add_argument(
+        "--install",
+        default=None,
+        help="with --quickstart: these pip install arguments instead of the README's",
+    )
     args = p.parse_args()
     out = out_dir(args.out)
     v = versions()
@@ -366,7 +372,7 @@ def main() -> None:
     started = time.perf_counter()
     if args.quickstart:
         with tempfile.TemporaryDirectory(prefix="bench-quickstart-") as tmp:
-            quick = time_quickstart(Path(tmp))
+            quick = time_quickstart(Path(tmp), shlex.split(args.install) if args.install else None)
         write_quickstart(quick, out, v, time.perf_counter() - started)
         return
     if args.commands:

@@ -655,8 +655,9 @@ async def main() -> None:
     ours: dict[str, tuple[dict[str, Any], float, str | None]] = {
         f"ours: {RECOMMENDED}": (SETTINGS[RECOMMENDED], latency, None),
         f"ours: {RECOMMENDED}, in-memory store": (SETTINGS[RECOMMENDED], latency, "memory://"),
-        f"ours: {DEFAULT}": (SETTINGS[DEFAULT], latency, None),
     }
+    if DEFAULT != RECOMMENDED:
+        ours[f"ours: {DEFAULT}"] = (SETTINGS[DEFAULT], latency, None)
     if latency:
         ours[f"ours: {RECOMMENDED}, instant model calls"] = (SETTINGS[RECOMMENDED], 0.0, None)
     table = Table(
@@ -676,7 +677,7 @@ async def main() -> None:
         budgets = [budget_of(c) for c in conversations]
         runs: dict[str, list[SystemRun]] = {}
         for label, (config, wait, memory) in ours.items():
-            if not full and (wait != latency or label.startswith(f"ours: {DEFAULT}")):
+            if not full and (wait != latency or not label.startswith(f"ours: {RECOMMENDED}")):
                 continue
             progress(f"{name}: {label}")
             runs[label] = [

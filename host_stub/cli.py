@@ -318,7 +318,9 @@ def _check_models(config: HostConfig, *, chat: bool) -> None:
     the host sends the placeholder key :data:`NO_KEY` (set in ``config``); an ``api_base`` must
     accept connections."""
     called = plugin_models(config)
-    wanted = [config.host.model, *called] if chat else (called or [config.host.model])
+    wanted: list[str | None] = (
+        [config.host.model, *called] if chat else [*called] or [config.host.model]
+    )
     models = [m for m in dict.fromkeys(wanted) if m]
     if not models:
         return

@@ -7,7 +7,7 @@ import logging
 import tomllib
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, cast
 
 import pluggy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -134,7 +134,7 @@ def plugin_config(
         if overrides:
             raise ConfigError(f"{config.source}: plugin.{loaded.name}: plugin takes no config")
         return None
-    schema: type[BaseModel] = impls[0].function()
+    schema = cast(type[BaseModel], impls[0].function())
     defaults = loaded.manifest.config if loaded.manifest else {}
     try:
         schema.model_validate(defaults)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .config import MemorySummaryConfig, PayloadCaps
 from .plugin import PLUGIN_NAME, MemoryContext, MemorySummaryPlugin
 from .record import SummaryRecord
+from .scheduler import Result, Status
 from .summary_model import SummaryPayload
 
 __all__ = [
@@ -18,6 +19,8 @@ __all__ = [
     "MemorySummaryConfig",
     "MemorySummaryPlugin",
     "PayloadCaps",
+    "Result",
+    "Status",
     "SummaryPayload",
     "SummaryRecord",
     "create_plugin",

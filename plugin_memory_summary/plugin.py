@@ -385,7 +385,9 @@ class MemorySummaryPlugin(HostExtensions):
             return result("skipped", "summary changed during rebuild")
         final = await self.scheduler.request(session_id, "manual")
         if rebuilt.status == "committed":
-            final.setdefault("stats", {})["rebuilt_from"] = rebuilt.messages
+            final = result(
+                final.status, final.reason, {**final.stats, "rebuilt_from": rebuilt.messages}
+            )
         return final
 
 

@@ -14,8 +14,10 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Final, Literal, Protocol
 
 from host_stub.messages import Message
 from host_stub.services import (
@@ -36,6 +38,7 @@ __all__ = [
     "Emit",
     "Result",
     "Scheduler",
+    "Status",
     "SummarizerSlot",
     "Work",
     "result",
@@ -48,16 +51,47 @@ LEASE_BUSY = "another run (in this or another process) holds the session's lease
 #: The ``skipped`` reason when a newer holder took the lease during the run (its writes refused).
 LEASE_LOST = "the session's lease was taken over during the run; its writes were refused"
 #: The status of an attempt whose commit lost the compare-and-set (never reported).
-LOST_RACE = "lost-race"
+LOST_RACE: Final = "lost-race"
 
-#: A compression's final status: ``{"status", "reason", "stats"}``.
-Result = dict[str, Any]
+#: A compression's final status; ``lost-race`` stays inside the scheduler (never returned).
+Status = Literal["done", "error", "skipped", "lost-race"]
 
 Emit = Callable[[str, str, str, str, dict[str, Any]], Awaitable[None]]
 
 
-def result(status: str, reason: str, stats: dict[str, Any] | None = None) -> Result:
-    return {"status": status, "reason": reason, "stats": stats if stats is not None else {}}
+@dataclass(frozen=True, slots=True)
+class Result(Mapping[str, Any]):
+    """A compression's final status: what ``compress`` and ``rebuild`` return.
+
+    Frozen, its ``stats`` a read-only view. Also a read-only mapping of its three fields
+    (``result["status"]``, ``dict(result)`` for JSON), the shape these results had in 0.1."""
+
+    status: Status
+    reason: str = ""
+    stats: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in _RESULT_KEYS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_RESULT_KEYS)
+
+    def __len__(self) -> int:
+        return len(_RESULT_KEYS)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (JSON-ready with ``default=str``): the stats copied."""
+        return {"status": self.status, "reason": self.reason, "stats": dict(self.stats)}
+
+
+_RESULT_KEYS = ("status", "reason", "stats")
+
+
+def result(status: Status, reason: str, stats: Mapping[str, Any] | None = None) -> Result:
+    """A :class:`Result` holding a snapshot of ``stats`` (later changes to it do not show)."""
+    return Result(status, reason, MappingProxyType(dict(stats or {})))
 
 
 class SummarizerSlot:
@@ -223,7 +257,7 @@ class Scheduler:
             if joined and reason == "hard" and (look_again is None or look_again(final)):
                 # The run this request joined was built on an older snapshot: look again.
                 again = await self._join_or_run(session_id, reason, deadline)
-                if again["status"] == "done" or final["status"] != "done":
+                if again.status == "done" or final.status != "done":
                     final = again
         except asyncio.CancelledError:
             final = result("error", "cancelled (host shutting down)")
@@ -235,7 +269,7 @@ class Scheduler:
             with contextlib.suppress(Exception):
                 await asyncio.shield(
                     self._emit(
-                        request_id, session_id, final["status"], final["reason"], final["stats"]
+                        request_id, session_id, final.status, final.reason, dict(final.stats)
                     )
                 )
         return final
@@ -325,7 +359,7 @@ class Scheduler:
                     outcome = await self._work(
                         session_id, reason, deadline, snapshot, markers, slot, lease
                     )
-                    if outcome["status"] != LOST_RACE:
+                    if outcome.status != LOST_RACE:
                         return outcome
                     snapshot = None  # lost the race: read afresh
                 return result("skipped", "lost the commit race three times")

@@ -44,14 +44,14 @@ async def compress_before_call(
     def look_again(joined: Result) -> bool:
         """After joining a run planned on an older snapshot: is the view still over the mark,
         with something a compression could still do?"""
-        covered = joined["stats"].get("covered_up_to_seq")
-        if joined["status"] != "done" or covered is None:
+        covered = joined.stats.get("covered_up_to_seq")
+        if joined.status != "done" or covered is None:
             return True
         left, breakdown = after_compression(
             view.messages,
             state.breakdown,
             covered_up_to_seq=covered,
-            summary_tokens=joined["stats"].get("block_tokens", budget),
+            summary_tokens=joined.stats.get("block_tokens", budget),
         )
         ratio = sum(breakdown.values()) / window
         if not hard_triggered(ratio, config.hard_compress_threshold, dry_run=False):

@@ -34,6 +34,7 @@ class PluginManifest(BaseModel):
 
     name: str
     description: str = ""
+    #: Unset: the version of the distribution that registers the plugin's entry point.
     version: str = ""
     requires: list[str] = Field(default_factory=list)
     optional: list[str] = Field(default_factory=list)
@@ -98,6 +99,8 @@ def get_plugin_manager(
         except Exception as exc:
             raise ConfigError(f"plugin {ep.name!r} ({ep.value}) failed to load: {exc}") from exc
         manifest, source = read_manifest(ep.module)
+        if manifest is not None and not manifest.version and ep.dist is not None:
+            manifest = manifest.model_copy(update={"version": ep.dist.version})
         pm.register(plugin, name=ep.name)
         loaded[ep.name] = LoadedPlugin(ep.name, plugin, manifest, source)
     for name, plugin in extra_plugins or []:

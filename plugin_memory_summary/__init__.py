@@ -15,6 +15,7 @@ from .summary_model import SummaryPayload
 
 __all__ = [
     "PLUGIN_NAME",
+    "__version__",
     "MemoryContext",
     "MemorySummaryConfig",
     "MemorySummaryPlugin",
@@ -25,6 +26,15 @@ __all__ = [
     "SummaryRecord",
     "create_plugin",
 ]
+
+
+def __getattr__(name: str) -> str:
+    """``__version__``: the installed distribution's, whose one source is pyproject.toml."""
+    if name == "__version__":
+        from importlib.metadata import version
+
+        return version("plugin-memory-summary")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def create_plugin() -> MemorySummaryPlugin:

@@ -305,3 +305,24 @@ def test_p22_slow_tests_are_deselected_by_default_and_ci_runs_them_all() -> None
     assert len(runs) == 1
     marks = [runs[0][i + 1] for i, arg in enumerate(runs[0]) if arg == "-m"]
     assert marks[-1:] == ["slow or not slow"]  # the last -m wins over the one in addopts
+
+
+def test_the_version_has_one_source() -> None:
+    """pyproject.toml holds the version; the package and the host's manifest read it from the
+    installed metadata, and no other file repeats it."""
+    import tomllib
+
+    import plugin_memory_summary
+    from host_stub.config import HostConfig
+    from host_stub.plugins import get_plugin_manager
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "version"
+    ]
+    assert plugin_memory_summary.__version__ == version
+    for name in ("plugin.toml", "plugin_memory_summary/plugin.toml"):
+        assert "version =" not in (ROOT / name).read_text(encoding="utf-8"), name
+    assert f"## {version}" in (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    _, loaded = get_plugin_manager(HostConfig())
+    manifest = loaded["memory-summary"].manifest
+    assert manifest is not None and manifest.version == version

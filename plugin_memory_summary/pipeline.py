@@ -99,7 +99,7 @@ class Pipeline:
         self.sessions = sessions
         self.redactor = redactor
         self.name = name
-        self._prune_memo: dict[tuple[object, ...], tuple[str, int]] = {}
+        self.prune_memo: dict[tuple[object, ...], tuple[str, int]] = {}
 
     # -- decisions on plain data ---------------------------------------------------------------
     def context_window(self, session_id: str) -> int:
@@ -125,7 +125,7 @@ class Pipeline:
         """Tier 1 (``pruning.configured_replacements``): the same answer for the host's prompt
         and for the plan."""
         return configured_replacements(
-            self.config, messages, window, self.tokens.count, self.tokens.recall, self._prune_memo
+            self.config, messages, window, self.tokens.count, self.tokens.recall, self.prune_memo
         )
 
     def plan(

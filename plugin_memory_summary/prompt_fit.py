@@ -85,7 +85,8 @@ def fit_prompt(
     replacements = prune(keep_tool_groups)
     if shown(replacements) + block_tokens <= limit:
         return Fit(replacements)
-    for keep in range(min(keep_tool_groups, len(messages)) - 1, 0, -1):
+    groups = len(tool_groups(conversation_messages(messages)))
+    for keep in range(min(keep_tool_groups, groups) - 1, 0, -1):
         replacements = prune(keep)
         if shown(replacements) + block_tokens <= limit:
             return Fit(replacements)

@@ -151,7 +151,7 @@ def _new_excerpts(turns: list[_Turn], caps: PayloadCaps, lang: str) -> list[Exce
     return out
 
 
-_OVERVIEW = lazy_regex(r"^(?:Messages #1-#\d+ summarized\b|已摘要第 1-\d+ 条消息)")
+_OVERVIEW = lazy_regex(r"^(?:Messages #1-#\d|已摘要第 1-\d)")  # whole or cut short
 
 
 def _summary_text(previous: SummaryPayload, overview: str, caps: PayloadCaps) -> str:

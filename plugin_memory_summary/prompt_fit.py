@@ -29,9 +29,6 @@ MESSAGE_OVERHEAD = 8
 #: The smallest cut of a tool result worth showing (tokens); less becomes a placeholder.
 _MIN_CUT = 48
 
-#: Tokens of the note a cut result ends with.
-_NOTE = 40
-
 
 @dataclass(frozen=True)
 class Fit:
@@ -137,6 +134,6 @@ def _cut_newest(
     out = dict(replacements)
     for m in results:
         assert m.seq is not None
-        share = allowed * sizes[m.seq] // total - MESSAGE_OVERHEAD - _NOTE
+        share = allowed * sizes[m.seq] // total - MESSAGE_OVERHEAD
         out[m.seq] = cut_result(m, max(0, share), count_tokens, recall, floor=_MIN_CUT)
     return out

@@ -111,7 +111,9 @@ def prune_replacements(
                 if known[1] < tokens:
                     out[reply.seq] = known[0]
             elif max_result_tokens is not None and tokens > max_result_tokens:
-                out[reply.seq] = cut_result(reply, max_result_tokens, count_tokens, recall)
+                cut = cut_result(reply, max_result_tokens, count_tokens, recall)
+                if count_tokens(cut) < tokens:  # a cut never makes a result longer
+                    out[reply.seq] = cut
     return out
 
 
@@ -134,11 +136,13 @@ def cut_result(
             f"[tool result #{reply.seq}, {tokens:,} tokens, left out of the prompt for room; "
             f"{_pointer(reply.seq, recall)}]"
         )
-    keep_chars = max(1, len(text) * limit // max(1, tokens))
     note = (
         f"\n[cut: about {limit:,} of {tokens:,} tokens of tool result "
         f"#{reply.seq} shown; {_pointer(reply.seq, recall)}]"
     )
+    # The note is part of the limit.
+    room = max(1, limit - count_tokens(note))
+    keep_chars = max(1, len(text) * room // max(1, tokens))
     return cut_text(text, keep_chars, marker_counts=True) + note
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from host_stub.hookspecs import Contribution, PromptView
 from host_stub.messages import Message
 
+from .config import MemorySummaryConfig
 from .decisions import fixed_tokens
 from .pipeline import Pipeline
 from .prompt_fit import Fit, fit_prompt
@@ -64,6 +65,16 @@ def _shown_counter(
     return count
 
 
+def _soft_mark(config: MemorySummaryConfig, window: int) -> int | None:
+    """The tokens at which a compression would start (the soft mark, else the hard one)."""
+    if config.strategy != "summary":
+        return None
+    mark = config.auto_compress_threshold if config.soft_enabled else None
+    if mark is None and config.hard_enabled:
+        mark = config.hard_compress_threshold
+    return None if mark is None else int(mark * window) - 1
+
+
 def _fit(view: PromptView, state: SessionState, pipeline: Pipeline, name: str) -> Fit:
     key = _key(view)
     if state.fit is not None and state.fit[0] == key:
@@ -84,6 +95,7 @@ def _fit(view: PromptView, state: SessionState, pipeline: Pipeline, name: str) -
         recall=tokens.recall,
         memo=pipeline.prune_memo,
         count_shown=_shown_counter(view, state, tokens),
+        prune_to=_soft_mark(config, view.context_window),
     )
     state.fit = (key, fit)
     return fit

@@ -5,8 +5,9 @@ large (a long tool result arriving while the summary block and the tail already 
 window), the prompt would go over the budget whatever a compression does. Before that happens
 the prompt gives way, cheapest loss first: more old tool groups shown as a placeholder (down to
 the newest group), the summary block down to half its size (its least important items first,
-never mid-word), the newest group's results cut to the room left (a placeholder when even a cut
-would not fit), and last the summary block down to what is left. The stored messages stay whole
+never mid-word), the old results' placeholders down to a few words (a turn of many tool calls),
+the newest group's results cut to the room left (a placeholder when even a cut would not fit),
+and last the summary block down to what is left. The stored messages stay whole
 (``memory_expand`` reopens them). Pure: the plugin's ``prune_history`` and ``agent_prompt``
 compute it once per prompt.
 """
@@ -21,7 +22,7 @@ from host_stub.messages import Message, text_of, tool_groups
 from .decisions import conversation_messages
 from .pruning import cut_result, prune_replacements
 
-__all__ = ["MESSAGE_OVERHEAD", "Fit", "fit_prompt", "fit_margin"]
+__all__ = ["MESSAGE_OVERHEAD", "Fit", "fit_margin", "fit_prompt", "short_placeholder"]
 
 #: Tokens a chat message costs beyond its text (role and framing), counted for a replacement.
 MESSAGE_OVERHEAD = 8
@@ -56,13 +57,18 @@ def fit_prompt(
     recall: bool = True,
     memo: dict[tuple[object, ...], tuple[str, int]] | None = None,
     count_shown: Callable[[Message, str], int] | None = None,
+    prune_to: int | None = None,
 ) -> Fit:
     """Tier 1's replacements for ``messages`` and, when ``fixed`` (system prompt, tool
     definitions, reply reserve) + the summary block (``block_tokens``) + the history as shown
     would pass ``window`` less :func:`fit_margin`, the cheapest deeper cut that fits (see the
     module's docstring). When nothing fits, the deepest cut and no summary block (budget 0).
     ``count_shown(message, text)``: the tokens of a message shown as ``text`` (as the host
-    counts it; default its text and :data:`MESSAGE_OVERHEAD`)."""
+    counts it; default its text and :data:`MESSAGE_OVERHEAD`).
+
+    ``prune_to`` (the soft mark, in tokens): a prompt that fits the window but passes it gets
+    more old tool groups as placeholders when that alone brings it under (tier 1 instead of a
+    summarizer call); when it cannot, tier 1 stays as configured and the compression decides."""
     limit = window - fit_margin(window)
     counter = count_shown or (lambda _m, text: count_tokens(text) + MESSAGE_OVERHEAD)
 
@@ -80,9 +86,17 @@ def fit_prompt(
         return fixed + sum(_shown_tokens(m, replacements, counter) for m in messages)
 
     replacements = prune(keep_tool_groups)
-    if shown(replacements) + block_tokens <= limit:
+    total = shown(replacements) + block_tokens
+    target = limit if prune_to is None else min(limit, prune_to)
+    if total <= target:
         return Fit(replacements)
     groups = len(tool_groups(conversation_messages(messages)))
+    if total <= limit:
+        for keep in range(min(keep_tool_groups, groups) - 1, 0, -1):
+            deeper = prune(keep)
+            if shown(deeper) + block_tokens <= target:
+                return Fit(deeper)
+        return Fit(replacements)
     for keep in range(min(keep_tool_groups, groups) - 1, 0, -1):
         replacements = prune(keep)
         if shown(replacements) + block_tokens <= limit:
@@ -91,10 +105,29 @@ def fit_prompt(
     rest = shown(replacements)
     if rest + floor <= limit:
         return Fit(replacements, limit - rest)
+    # A turn of many tool calls: even one line per old result is too much; a few words each.
+    old = _placeholders(replacements)
+    replacements = {
+        seq: short_placeholder(seq, recall) if seq in old else text
+        for seq, text in replacements.items()
+    }
+    rest = shown(replacements)
+    if rest + floor <= limit:
+        return Fit(replacements, limit - rest)
     replacements = _cut_newest(
         messages, replacements, limit - floor - rest, count_tokens, counter, recall
     )
     return Fit(replacements, max(0, min(block_tokens, limit - shown(replacements))))
+
+
+def short_placeholder(seq: int, recall: bool) -> str:
+    """The fewest words an old tool result is shown as, with where it is."""
+    return f"[result #{seq} pruned" + (f"; memory_expand({seq}, {seq})]" if recall else "]")
+
+
+def _placeholders(replacements: dict[int, str]) -> set[int]:
+    """The seqs whose replacement is tier 1's one-line placeholder (not a cut)."""
+    return {seq for seq, text in replacements.items() if text.startswith("[tool result #")}
 
 
 def _shown_tokens(

@@ -223,3 +223,17 @@ async def test_no_prompt_goes_over_the_window_when_the_newest_tool_results_are_l
     assert record is not None  # a summary block was in play
     assert over == []
     assert min(stored_sizes) > 500  # the store keeps every result whole
+
+
+def test_a_turn_of_many_tool_calls_gets_placeholders_of_a_few_words() -> None:
+    messages = tool_chat(30, words=60)
+    calls = sum(m.tokens or 0 for m in messages if m.role != "tool")
+    line = fit(messages, window=100_000, block=0, keep=1)
+    one_line_each = 100 + shown_total(messages, line.replacements)  # type: ignore[attr-defined]
+    window = (calls + one_line_each) // 2 + 400
+    assert one_line_each > window  # one line per old result is already too much
+    out = fit(messages, window=window, block=200, keep=3)
+    replacements = out.replacements  # type: ignore[attr-defined]
+    old = [m.seq for m in messages if m.role == "tool"][:-1]
+    assert all(replacements[seq].startswith(f"[result #{seq} pruned") for seq in old)
+    assert 100 + (out.block_budget or 0) + shown_total(messages, replacements) <= window  # type: ignore[attr-defined]

@@ -237,3 +237,39 @@ def test_a_turn_of_many_tool_calls_gets_placeholders_of_a_few_words() -> None:
     old = [m.seq for m in messages if m.role == "tool"][:-1]
     assert all(replacements[seq].startswith(f"[result #{seq} pruned") for seq in old)
     assert 100 + (out.block_budget or 0) + shown_total(messages, replacements) <= window  # type: ignore[attr-defined]
+
+
+def test_past_the_soft_mark_old_tool_groups_give_way_when_that_alone_brings_it_under() -> None:
+    messages = tool_chat(4)
+    window = 10_000  # fits whatever happens
+    configured = fit(messages, window=window, block=500)
+    newest_only = fit(messages, window=window, block=500, keep=1)
+    shown = 100 + 500 + shown_total(messages, configured.replacements)  # type: ignore[attr-defined]
+    deeper_prompt = 100 + 500 + shown_total(messages, newest_only.replacements)  # type: ignore[attr-defined]
+    assert deeper_prompt < shown
+    out = fit_prompt(
+        messages,
+        window=window,
+        fixed=100,
+        block_tokens=500,
+        keep_tool_groups=3,
+        max_result_tokens=None,
+        count_tokens=count,
+        prune_to=deeper_prompt,
+    )
+    results = [m.seq for m in messages if m.role == "tool"]
+    assert sorted(out.replacements) == results[:-1]
+    assert out.block_budget is None
+    # When even the newest group alone would not get under the mark, tier 1 stays as set and
+    # the compression decides.
+    out = fit_prompt(
+        messages,
+        window=window,
+        fixed=100,
+        block_tokens=500,
+        keep_tool_groups=3,
+        max_result_tokens=None,
+        count_tokens=count,
+        prune_to=600,
+    )
+    assert out.replacements == configured.replacements  # type: ignore[attr-defined]

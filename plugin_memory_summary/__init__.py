@@ -10,7 +10,7 @@ from __future__ import annotations
 from .config import MemorySummaryConfig, PayloadCaps
 from .plugin import PLUGIN_NAME, MemoryContext, MemorySummaryPlugin
 from .record import SummaryRecord
-from .scheduler import Result, Status
+from .results import Result, Status
 from .summary_model import SummaryPayload
 
 __all__ = [

@@ -17,7 +17,7 @@ import click
 from host_stub.services import SUMMARY_NAMESPACE
 
 if TYPE_CHECKING:  # the pipeline loads when a command runs, not when the CLI starts
-    from .scheduler import Result
+    from .results import Result
 
 __all__ = ["register", "status_line"]
 

@@ -22,16 +22,12 @@ from host_stub.services import (
 )
 
 from .config import MemorySummaryConfig
-from .decisions import (
-    CompressionPlan,
-    conversation_messages,
-    counters_after_run,
-    plan_compression,
-)
+from .decisions import CompressionPlan, conversation_messages, counters_after_run, plan_compression
 from .pruning import configured_replacements, pruned_costs
 from .record import SummaryRecord, build_record, dump_record, read_record
 from .redact import Redactor
-from .scheduler import LOST_RACE, Result, Status, SummarizerSlot, result
+from .results import LOST_RACE, Result, Status, result
+from .scheduler import SummarizerSlot
 from .state import SessionState, SessionTable
 from .tokens import TokenBook
 
@@ -99,7 +95,7 @@ class Pipeline:
         self.sessions = sessions
         self.redactor = redactor
         self.name = name
-        self._prune_memo: dict[tuple[object, ...], tuple[str, int]] = {}
+        self.prune_memo: dict[tuple[object, ...], tuple[str, int]] = {}
 
     # -- decisions on plain data ---------------------------------------------------------------
     def context_window(self, session_id: str) -> int:
@@ -125,7 +121,7 @@ class Pipeline:
         """Tier 1 (``pruning.configured_replacements``): the same answer for the host's prompt
         and for the plan."""
         return configured_replacements(
-            self.config, messages, window, self.tokens.count, self.tokens.recall, self._prune_memo
+            self.config, messages, window, self.tokens.count, self.tokens.recall, self.prune_memo
         )
 
     def plan(

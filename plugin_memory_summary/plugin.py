@@ -27,6 +27,7 @@ from host_stub.services import (
 
 from .config import MemorySummaryConfig
 from .context import MemoryContext, memory_context
+from .contribution import fitted_replacements, summary_contribution
 from .decisions import hard_triggered, soft_triggered, turn_triggered
 from .extensions import HostExtensions
 from .lease import warm_up
@@ -35,7 +36,8 @@ from .parts import NotStartedError, Parts
 from .pipeline import Pipeline
 from .record import SummaryRecord, read_record, with_pinned, with_text, without_pinned
 from .redact import Redactor
-from .scheduler import LEASE_BUSY, LEASE_LOST, Result, Scheduler, result
+from .results import Result, result
+from .scheduler import LEASE_BUSY, LEASE_LOST, Scheduler
 from .state import MAX_TRACKED_SESSIONS, SessionTable
 from .tokens import TokenBook
 from .watermark import compress_before_call
@@ -160,21 +162,12 @@ class MemorySummaryPlugin(HostExtensions):
     def agent_prompt(self, view: PromptView) -> Contribution | None:
         state = self.sessions.get(view.session_id)
         state.context_window = view.context_window
-        if self.config.strategy != "summary" or view.summary is None:
-            return None
-        # The budget the last usage breakdown gives (the view of this hook has none yet).
-        budget = self.tokens.budget(view.context_window, state.breakdown, state.core_tokens)
-        cached = self.tokens.cached_block(view.session_id, view.summary.version, budget)
-        if cached is None:
-            record = read_record(view.summary, view.epoch)
-            if record is None or record.stale or not record.text:
-                return None
-            cached = self.tokens.block(view.session_id, view.summary.version, record, budget)
-        return Contribution(id=PLUGIN_NAME, anchor="context", content=cached[0])
+        return summary_contribution(view, state, self.pipeline, PLUGIN_NAME)
 
     @hookimpl
     def prune_history(self, view: PromptView) -> dict[int, str] | None:
-        return self.pipeline.prune(view.messages, view.context_window) or None
+        state = self.sessions.get(view.session_id)
+        return fitted_replacements(view, state, self.pipeline, PLUGIN_NAME) or None
 
     @hookimpl
     async def before_model_call(self, view: PromptView) -> None:

@@ -14,10 +14,8 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any, Final, Literal, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from host_stub.messages import Message
 from host_stub.services import (
@@ -30,18 +28,15 @@ from host_stub.services import (
 
 from .config import MemorySummaryConfig
 from .lease import KeptLease
+from .results import LOST_RACE, Result, result
 
 __all__ = [
     "LEASE_BUSY",
     "LEASE_LOST",
-    "LOST_RACE",
     "Emit",
-    "Result",
     "Scheduler",
-    "Status",
     "SummarizerSlot",
     "Work",
-    "result",
 ]
 
 log = logging.getLogger("plugin_memory_summary")
@@ -50,48 +45,8 @@ log = logging.getLogger("plugin_memory_summary")
 LEASE_BUSY = "another run (in this or another process) holds the session's lease"
 #: The ``skipped`` reason when a newer holder took the lease during the run (its writes refused).
 LEASE_LOST = "the session's lease was taken over during the run; its writes were refused"
-#: The status of an attempt whose commit lost the compare-and-set (never reported).
-LOST_RACE: Final = "lost-race"
-
-#: A compression's final status; ``lost-race`` stays inside the scheduler (never returned).
-Status = Literal["done", "error", "skipped", "lost-race"]
 
 Emit = Callable[[str, str, str, str, dict[str, Any]], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True)
-class Result(Mapping[str, Any]):
-    """A compression's final status: what ``compress`` and ``rebuild`` return.
-
-    Frozen, its ``stats`` a read-only view. Also a read-only mapping of its three fields
-    (``result["status"]``, ``dict(result)`` for JSON), the shape these results had in 0.1."""
-
-    status: Status
-    reason: str = ""
-    stats: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in _RESULT_KEYS:
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(_RESULT_KEYS)
-
-    def __len__(self) -> int:
-        return len(_RESULT_KEYS)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data (JSON-ready with ``default=str``): the stats copied."""
-        return {"status": self.status, "reason": self.reason, "stats": dict(self.stats)}
-
-
-_RESULT_KEYS = ("status", "reason", "stats")
-
-
-def result(status: Status, reason: str, stats: Mapping[str, Any] | None = None) -> Result:
-    """A :class:`Result` holding a snapshot of ``stats`` (later changes to it do not show)."""
-    return Result(status, reason, MappingProxyType(dict(stats or {})))
 
 
 class SummarizerSlot:

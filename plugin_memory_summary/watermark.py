@@ -10,7 +10,8 @@ from host_stub.services import Snapshot
 
 from .decisions import after_compression, core_tokens, hard_triggered
 from .pipeline import Pipeline
-from .scheduler import Result, Scheduler
+from .results import Result
+from .scheduler import Scheduler
 from .state import SessionState
 
 __all__ = ["compress_before_call"]

@@ -2097,3 +2097,16 @@ async def test_redis_urls(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "host_stub.memory.redis", raising=False)
     with pytest.raises(ModuleNotFoundError, match=r"pip install 'plugin-memory-summary\[redis\]'"):
         open_memory("redis://127.0.0.1:6379/0", count_tokens)
+
+
+def test_postgres_connections_run_small_statements_without_jit_or_workers() -> None:
+    """A search's statements are small, but the planner cannot tell how rare a session's
+    lexemes are: its estimates passed jit_above_cost and each search paid about 12 ms compiling
+    (at 300,000 indexed messages). The pool's connections turn JIT and parallel workers off,
+    unless the URL sets them."""
+    from host_stub.memory.postgres import server_settings
+
+    url = "postgresql://postgres@127.0.0.1:5432/test"
+    assert server_settings(url) == {"max_parallel_workers_per_gather": "0", "jit": "off"}
+    assert server_settings(url + "?jit=on") == {"max_parallel_workers_per_gather": "0"}
+    assert server_settings(url + "?max_parallel_workers_per_gather=2&jit=on") == {}

@@ -332,7 +332,7 @@ class PostgresMemory:
                 max_size=self._pool_max,
                 command_timeout=self._command_timeout,
                 timeout=self._connect_timeout,
-                server_settings=_server_settings(self._dsn),
+                server_settings=server_settings(self._dsn),
             )
         except ValueError as exc:  # asyncpg's ClientConfigurationError is one
             raise ValueError(f"memory URL {self.url!r}: {error_line(exc)}") from None
@@ -1427,10 +1427,14 @@ def _reads_sql(
     return sql, args
 
 
-def _server_settings(dsn: str) -> dict[str, str]:
-    """Settings of the pool's connections, unless the URL sets them: no parallel workers (every
-    statement here is small; starting workers cost a search more than it saved)."""
+#: Settings of the pool's connections, each unless the URL sets it. Every statement here is
+#: small: starting parallel workers cost a search more than they saved, and JIT compiling cost a
+#: search about 12 ms (the planner cannot tell how rare a session's lexemes are, so its estimates
+#: pass ``jit_above_cost``).
+SERVER_SETTINGS = {"max_parallel_workers_per_gather": "0", "jit": "off"}
+
+
+def server_settings(dsn: str) -> dict[str, str]:
+    """:data:`SERVER_SETTINGS` less those the URL ``dsn`` sets itself."""
     given = {name for name, _ in parse_qsl(urlsplit(dsn).query)}
-    if "max_parallel_workers_per_gather" in given:
-        return {}
-    return {"max_parallel_workers_per_gather": "0"}
+    return {name: value for name, value in SERVER_SETTINGS.items() if name not in given}

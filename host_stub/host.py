@@ -653,9 +653,9 @@ class Host:
                 prompt, model=self.model, max_tokens=max_tokens, tools=tools
             )
         final = None
-        async for item in self.llm.stream(
-            prompt, model=self.model, max_tokens=max_tokens, tools=tools
-        ):  # type: ignore[attr-defined]
+        # The host's own LLM service streams; the plugin-facing Protocol needs only complete().
+        stream_call = self.llm.stream  # type: ignore[attr-defined]
+        async for item in stream_call(prompt, model=self.model, max_tokens=max_tokens, tools=tools):
             if isinstance(item, str):
                 if on_delta is not None:
                     await await_me_maybe(on_delta(item))

@@ -43,6 +43,7 @@ __all__ = [
     "count_messages",
     "count_text",
     "encoding_name_for",
+    "get_encoding",
 ]
 
 DEFAULT_ENCODING = "cl100k_base"
@@ -258,7 +259,7 @@ def _write_marshal(path: Path, value: Any) -> None:
 
 
 @lru_cache(maxsize=8)
-def _encoding(name: str) -> Any:
+def get_encoding(name: str) -> Any:
     """The tiktoken encoding ``name`` from the bundled files (``cl100k_base`` if they lack it).
     Parsing the bundled file takes most of the load (about 150 ms for ``o200k_base``), so the
     parsed tables are kept in :func:`cache_dir` as a marshal file and read from there next time."""
@@ -294,7 +295,7 @@ _CACHED_TEXT_CHARS = 8192
 
 @lru_cache(maxsize=8192)
 def _count_cached(encoding: str, text: str) -> int:
-    return len(_encoding(encoding).encode(text, disallowed_special=()))
+    return len(get_encoding(encoding).encode(text, disallowed_special=()))
 
 
 def count_text(model: str, text: str) -> int:
@@ -304,7 +305,7 @@ def count_text(model: str, text: str) -> int:
     name = encoding_name_for(model)
     if len(text) <= _CACHED_TEXT_CHARS:
         return _count_cached(name, text)
-    return len(_encoding(name).encode(text, disallowed_special=()))
+    return len(get_encoding(name).encode(text, disallowed_special=()))
 
 
 def count_messages(model: str, messages: Sequence[Mapping[str, Any]]) -> int | None:

@@ -19,7 +19,7 @@ from .decisions import summary_growth
 from .fitting import apply_caps, fit_to_budget, render_payload
 from .prompts import PAYLOAD_KEYS, SMALL_PAYLOAD_KEYS, build_summary_messages
 from .redact import RedactionError, Redactor
-from .render import render_transcript
+from .render import render_transcript, transcript_lang
 from .rules import rules_merge
 from .summary_model import SummaryPayload
 from .text import cut_text
@@ -184,7 +184,7 @@ async def _llm_answer(
         batch,
         tool_truncate_chars=config.tool_truncate_chars,
         message_truncate_chars=config.message_truncate_chars,
-        lang=lang,
+        lang=transcript_lang(lang),
     )
     # The previous summary leaves for the summarizer too (once per run): a user's edit, or a
     # record written before a redact pattern was added, may hold a secret.

@@ -83,7 +83,7 @@ class LLM:
 
 
 class Bus:
-    def connect(self, name, receiver):
+    def connect(self, name, receiver, typed=False):
         pass
 
 

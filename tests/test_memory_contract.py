@@ -1277,11 +1277,11 @@ async def test_sqlite_file_format_and_persistence(tmp_path: Path) -> None:
 
 
 async def test_sqlite_schema_1_file_gets_its_search_index(tmp_path: Path) -> None:
-    from host_stub.memory.sqlite import _MIGRATIONS
+    from host_stub.memory.sqlite import MIGRATIONS
 
     path = tmp_path / "v1.db"
     with contextlib.closing(sqlite3.connect(path)) as raw:
-        raw.executescript(_MIGRATIONS[0])
+        raw.executescript(MIGRATIONS[0])
         raw.execute("INSERT INTO sessions VALUES ('s', 1, 4, 0), ('t', 0, 1, 0)")
         rows = [
             ("s", 1, 0, "user", "message", '{"content":"old epoch kyoto"}', None),
@@ -1357,12 +1357,12 @@ async def test_sqlite_schema_4_file_keeps_its_messages_and_gets_search_counts(
     tmp_path: Path,
 ) -> None:
     from host_stub.memory._common import body_of
-    from host_stub.memory.sqlite import _MIGRATIONS, _backfill_search
+    from host_stub.memory.sqlite import MIGRATIONS, backfill_search
 
     path = tmp_path / "v4.db"
     with contextlib.closing(sqlite3.connect(path)) as raw:
         for version in range(4):  # schema 4: messages and the FTS5 index, no counts
-            raw.executescript(_MIGRATIONS[version])
+            raw.executescript(MIGRATIONS[version])
         raw.execute("INSERT INTO sessions VALUES ('s', 0, 8, 0), ('t', 0, 1, 0)")
         rows = [
             ("s", i, m.role, body_of(m), "summarized" if i in (3, 7) else None)
@@ -1372,7 +1372,7 @@ async def test_sqlite_schema_4_file_keeps_its_messages_and_gets_search_counts(
         raw.executemany(
             "INSERT INTO messages VALUES (?, ?, 0, ?, 'message', ?, 1, ?, NULL, 0)", rows
         )
-        _backfill_search(raw)
+        backfill_search(raw)
         raw.execute("PRAGMA user_version = 4")
         raw.commit()
     store = SQLiteMemory(path, count_tokens)
@@ -1457,7 +1457,7 @@ async def test_sqlite_search_counts_follow_deletes_clears_and_forget(tmp_path: P
 async def test_postgres_search_counts_follow_deletes_clears_and_forget(pg: str) -> None:
     import asyncpg
 
-    from host_stub.memory.postgres import _entry_of
+    from host_stub.memory.postgres import entry_of
 
     store = open_memory(pg, count_tokens)
     try:
@@ -1478,8 +1478,7 @@ async def test_postgres_search_counts_follow_deletes_clears_and_forget(pg: str) 
                 r["search_key"],
             )
             entries = [
-                tuple(" ".join(part) for part in _entry_of(v["v"], r["search_key"]))
-                for v in vectors
+                tuple(" ".join(part) for part in entry_of(v["v"], r["search_key"])) for v in vectors
             ]
             docs, length, dfs = _recount(entries)  # type: ignore[arg-type]
             assert (r["search_docs"], r["search_length"]) == (docs, pytest.approx(length))
@@ -1763,7 +1762,7 @@ async def test_postgres_schema_3_keeps_its_messages_and_gets_session_keyed_searc
     import asyncpg
 
     from host_stub.memory._common import body_of
-    from host_stub.memory.postgres import _MIGRATIONS, PostgresMemory
+    from host_stub.memory.postgres import MIGRATIONS, PostgresMemory
 
     [schema] = parse_qs(urlsplit(pg).query)["schema"]
     old = PostgresMemory(pg, count_tokens)  # only for its SQL helpers: never opened
@@ -1775,25 +1774,23 @@ async def test_postgres_schema_3_keeps_its_messages_and_gets_session_keyed_searc
             " (id integer PRIMARY KEY DEFAULT 1 CHECK (id = 1), version integer NOT NULL)"
         )
         for version in range(3):  # schema 3: tsvectors of plain terms, no counts
-            for statement in _MIGRATIONS[version]:
-                await conn.execute(old._sql(statement))
-        await conn.execute(
-            old._sql("INSERT INTO {p}sessions VALUES ('s', 0, 8, 0), ('t', 0, 1, 0)")
-        )
+            for statement in MIGRATIONS[version]:
+                await conn.execute(old.sql(statement))
+        await conn.execute(old.sql("INSERT INTO {p}sessions VALUES ('s', 0, 8, 0), ('t', 0, 1, 0)"))
         rows = [
             ("s", i, m.role, body_of(m), "summarized" if i in (3, 7) else None)
             for i, m in enumerate(_old_messages(), 1)
         ]
         rows.append(("t", 1, "user", body_of(user("Kyoto ryokan in session t")), None))
         await conn.executemany(
-            old._sql(
+            old.sql(
                 "INSERT INTO {p}messages VALUES ($1, $2, 0, $3, 'message', $4, 1, $5, NULL, 0)"
             ),
             rows,
         )
-        await old._backfill_search(conn)
+        await old.backfill_search(conn)
         await conn.execute(
-            old._sql("INSERT INTO {p}memory_schema_version (id, version) VALUES (1, 3)")
+            old.sql("INSERT INTO {p}memory_schema_version (id, version) VALUES (1, 3)")
         )
     finally:
         await conn.close()
@@ -2100,3 +2097,16 @@ async def test_redis_urls(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "host_stub.memory.redis", raising=False)
     with pytest.raises(ModuleNotFoundError, match=r"pip install 'plugin-memory-summary\[redis\]'"):
         open_memory("redis://127.0.0.1:6379/0", count_tokens)
+
+
+def test_postgres_connections_run_small_statements_without_jit_or_workers() -> None:
+    """A search's statements are small, but the planner cannot tell how rare a session's
+    lexemes are: its estimates passed jit_above_cost and each search paid about 12 ms compiling
+    (at 300,000 indexed messages). The pool's connections turn JIT and parallel workers off,
+    unless the URL sets them."""
+    from host_stub.memory.postgres import server_settings
+
+    url = "postgresql://postgres@127.0.0.1:5432/test"
+    assert server_settings(url) == {"max_parallel_workers_per_gather": "0", "jit": "off"}
+    assert server_settings(url + "?jit=on") == {"max_parallel_workers_per_gather": "0"}
+    assert server_settings(url + "?max_parallel_workers_per_gather=2&jit=on") == {}

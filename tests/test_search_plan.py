@@ -167,7 +167,7 @@ def test_a_word_too_long_to_type_is_neither_indexed_nor_searched() -> None:
 def test_the_readme_states_the_limits_the_code_has() -> None:
     from pathlib import Path
 
-    text = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+    text = " ".join((Path(__file__).parents[1] / "docs" / "usage.md").read_text().split())
     assert f"reads about {_search.MAX_POSTINGS:,} postings at most" in text
     assert f"the {_search.RESCORE} best by the rarity" in text
     assert f"a session of up to {_search.MAX_POSTINGS:,} messages every match" in text

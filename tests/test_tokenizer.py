@@ -159,11 +159,11 @@ def test_a_missing_encoding_falls_back_to_the_bundled_one(
 ) -> None:
     """An encoding the bundled directory lacks is never downloaded: cl100k_base counts instead."""
     monkeypatch.setattr(socket.socket, "connect", lambda *a: (_ for _ in ()).throw(OSError("net")))
-    tokenizer._encoding.cache_clear()
+    tokenizer.get_encoding.cache_clear()
     try:
-        assert tokenizer._encoding("r50k_base").name == "cl100k_base"
+        assert tokenizer.get_encoding("r50k_base").name == "cl100k_base"
     finally:
-        tokenizer._encoding.cache_clear()
+        tokenizer.get_encoding.cache_clear()
 
 
 @pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
@@ -175,19 +175,19 @@ def test_the_cached_tables_are_the_bundled_ones(
 
     monkeypatch.setenv("HOST_STUB_CACHE_DIR", str(tmp_path))
     bundled = ENCODING_CONSTRUCTORS[name]()
-    tokenizer._encoding.cache_clear()
+    tokenizer.get_encoding.cache_clear()
     try:
-        tokenizer._encoding(name)  # parses the bundled file, writes the cache
+        tokenizer.get_encoding(name)  # parses the bundled file, writes the cache
         (cached,) = tmp_path.glob(f"tiktoken-{name}-*.marshal")
         spec = tokenizer._read_spec(cached)
         assert spec is not None
         assert spec["mergeable_ranks"] == bundled["mergeable_ranks"]
         assert spec["special_tokens"] == bundled["special_tokens"]
         assert spec["pat_str"] == bundled["pat_str"]
-        tokenizer._encoding.cache_clear()
-        assert tokenizer._encoding(name)._mergeable_ranks == bundled["mergeable_ranks"]
+        tokenizer.get_encoding.cache_clear()
+        assert tokenizer.get_encoding(name)._mergeable_ranks == bundled["mergeable_ranks"]
     finally:
-        tokenizer._encoding.cache_clear()
+        tokenizer.get_encoding.cache_clear()
 
 
 def test_a_damaged_cache_file_is_parsed_again(
@@ -199,9 +199,9 @@ def test_a_damaged_cache_file_is_parsed_again(
 
     monkeypatch.setenv("HOST_STUB_CACHE_DIR", str(tmp_path))
     text = "Hello 世界, 我对花生严重过敏。"
-    tokenizer._encoding.cache_clear()
+    tokenizer.get_encoding.cache_clear()
     try:
-        expected = len(tokenizer._encoding("cl100k_base").encode(text))
+        expected = len(tokenizer.get_encoding("cl100k_base").encode(text))
         (cached,) = tmp_path.glob("tiktoken-cl100k_base-*.marshal")
         good = cached.read_bytes()
         spec = marshal.loads(good)
@@ -210,11 +210,11 @@ def test_a_damaged_cache_file_is_parsed_again(
         for damaged in (good[: len(good) // 2], marshal.dumps(few), marshal.dumps(other)):
             cached.write_bytes(damaged)
             assert tokenizer._read_spec(cached) is None
-            tokenizer._encoding.cache_clear()
-            assert len(tokenizer._encoding("cl100k_base").encode(text)) == expected
+            tokenizer.get_encoding.cache_clear()
+            assert len(tokenizer.get_encoding("cl100k_base").encode(text)) == expected
             assert tokenizer._read_spec(cached) is not None  # rewritten
     finally:
-        tokenizer._encoding.cache_clear()
+        tokenizer.get_encoding.cache_clear()
 
 
 def test_the_cached_catalog_gives_the_windows_and_encodings_of_the_bundled_file(

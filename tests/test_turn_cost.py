@@ -126,7 +126,7 @@ async def test_sqlite_reads_the_active_history_through_its_index(tmp_path: Path)
     path = tmp_path / "m.db"
     # A store written by the previous schema (version 1) is migrated on open.
     raw = sqlite3.connect(path)
-    for statement in sqlite_store._MIGRATIONS[0].split(";"):
+    for statement in sqlite_store.MIGRATIONS[0].split(";"):
         if statement.strip():
             raw.execute(statement)
     raw.execute("PRAGMA user_version = 1")
@@ -144,7 +144,7 @@ async def test_sqlite_reads_the_active_history_through_its_index(tmp_path: Path)
         assert raw.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION
         traced: list[str] = []
         raw.set_trace_callback(traced.append)
-        rows = sqlite_store._message_rows(raw, "s", archived=False)
+        rows = sqlite_store.message_rows(raw, "s", archived=False)
         assert [r[0] for r in rows] == [46, 47, 48, 49, 50]
         plan = raw.execute("EXPLAIN QUERY PLAN " + traced[-1].replace("'s'", "?"), ("s",))
         assert any("messages_active" in str(row) for row in plan.fetchall())

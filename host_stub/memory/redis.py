@@ -986,7 +986,7 @@ class RedisMemory:
     async def get_metadata(self, namespace: str, key: str) -> MetadataEntry | None:
         with self._errors():
             raw = await self._client.hget(self._md(namespace), key)
-        return None if raw is None else _entry(namespace, key, raw)
+        return None if raw is None else _entry(namespace, key, _text(raw))
 
     async def save_metadata(
         self,
@@ -1017,7 +1017,7 @@ class RedisMemory:
     async def list_metadata(self, namespace: str) -> list[MetadataEntry]:
         with self._errors():
             raw = await self._client.hgetall(self._md(namespace))
-        entries = [_entry(namespace, key, text) for key, text in sorted(raw.items())]
+        entries = [_entry(namespace, _text(k), _text(v)) for k, v in sorted(raw.items())]
         return [e for e in entries if not e.deleted]
 
     # -- leases -------------------------------------------------------------------------------
@@ -1131,6 +1131,11 @@ def _message(seq: str | int, raw: str, archived: str | None) -> Message:
 
 def _messages(flat: list[Any]) -> list[Message]:
     return [_message(flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]
+
+
+def _text(value: str | bytes) -> str:
+    """A value the client returns: text already (``decode_responses``), typed as either."""
+    return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
 def _entry(namespace: str, key: str, raw: str) -> MetadataEntry:

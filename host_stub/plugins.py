@@ -79,6 +79,19 @@ def read_manifest(module_name: str) -> tuple[PluginManifest | None, str]:
         raise ConfigError(one_line_error(source, exc, "plugin")) from None
 
 
+_installed: list[Any] | None = None
+
+
+def installed_plugins() -> list[Any]:
+    """The entry points of the installed plugins, read once per process: every scan of the
+    installed distributions costs milliseconds, and a command builds a plugin manager up to four
+    times (its commands, the config checks, the models it calls, the host)."""
+    global _installed
+    if _installed is None:
+        _installed = list(entry_points(group=hookspecs.ENTRY_POINT_GROUP))
+    return _installed
+
+
 def get_plugin_manager(
     config: HostConfig,
     extra_plugins: list[tuple[str, Any]] | None = None,
@@ -90,7 +103,7 @@ def get_plugin_manager(
     pm.add_hookspecs(hookspecs)
     loaded: dict[str, LoadedPlugin] = {}
     allow, deny = config.plugins.allow, set(config.plugins.deny)
-    for ep in entry_points(group=hookspecs.ENTRY_POINT_GROUP):
+    for ep in installed_plugins():
         if ep.name in deny or (allow is not None and ep.name not in allow):
             continue
         try:

@@ -16,7 +16,8 @@ Message content that is not text (images, files) returns ``None`` from :func:`co
 and the caller asks litellm.
 
 Model windows come from litellm's bundled price / context-window file
-(``model_prices_and_context_window_backup.json``), read once on first use (:func:`catalog_limits`).
+(``model_prices_and_context_window_backup.json``), read once on first use (:func:`catalog_limits`);
+the fields the host reads are cached beside the encodings.
 """
 
 from __future__ import annotations
@@ -231,14 +232,14 @@ def _valid_spec(spec: Any) -> bool:
 
 def _read_spec(path: Path) -> dict[str, Any] | None:
     try:
-        with path.open("rb") as fh:
-            spec = marshal.load(fh)
+        # marshal.load(file) reads in small pieces: several times slower than one read.
+        spec = marshal.loads(path.read_bytes())
     except (OSError, EOFError, ValueError, TypeError):
         return None
     return spec if _valid_spec(spec) else None
 
 
-def _write_spec(path: Path, spec: dict[str, Any]) -> None:
+def _write_marshal(path: Path, value: Any) -> None:
     """Best effort, atomic (a reader never sees half a file); an unwritable cache is skipped."""
     import tempfile
 
@@ -247,7 +248,7 @@ def _write_spec(path: Path, spec: dict[str, Any]) -> None:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as fh:
-                marshal.dump(spec, fh)
+                marshal.dump(value, fh)
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -283,7 +284,7 @@ def get_encoding(name: str) -> Any:
 
             built = ENCODING_CONSTRUCTORS[name]()
             spec = {k: built[k] for k in ("pat_str", "mergeable_ranks", "special_tokens")}
-            _write_spec(path, spec)
+            _write_marshal(path, spec)
         return tiktoken.Encoding(name, **spec)
 
 
@@ -346,8 +347,47 @@ def count_messages(model: str, messages: Sequence[Mapping[str, Any]]) -> int | N
 
 _catalog: dict[str, Any] | None = None
 
+#: The fields of litellm's catalog entries the host reads (windows, provider, mode); the rest
+#: (prices and the like) is left out of the cached copy.
+CATALOG_FIELDS = (
+    "litellm_provider",
+    "mode",
+    "max_input_tokens",
+    "max_tokens",
+    "max_output_tokens",
+    "supports_pdf_input",
+)
+
+
+def _catalog_cache_path(source: Path) -> Path:
+    stat = source.stat()
+    key = f"{source}|{stat.st_size}|{stat.st_mtime_ns}|{sys.version_info[:2]}|{CATALOG_FIELDS}"
+    return cache_dir() / f"catalog-{hashlib.sha1(key.encode()).hexdigest()[:16]}.marshal"
+
+
+def reduce_catalog(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The catalog with only :data:`CATALOG_FIELDS` of each entry (no ``sample_spec``)."""
+    return {
+        name: {k: entry[k] for k in CATALOG_FIELDS if k in entry}
+        for name, entry in data.items()
+        if name != "sample_spec" and isinstance(entry, Mapping)
+    }
+
+
+def _read_catalog(path: Path) -> dict[str, dict[str, Any]] | None:
+    try:
+        data = marshal.loads(path.read_bytes())
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        return None
+    return data
+
 
 def _load_catalog() -> dict[str, Any]:
+    """litellm's bundled catalog, :data:`CATALOG_FIELDS` of each entry. Parsing the 3 MB file
+    takes tens of milliseconds, so the reduced copy is kept in :func:`cache_dir` (keyed by the
+    file's path, size and mtime) and read from there next time."""
     global _catalog
     if _catalog is None:
         with _lock:
@@ -357,10 +397,19 @@ def _load_catalog() -> dict[str, Any]:
                 if root is not None:
                     path = root / "model_prices_and_context_window_backup.json"
                     try:
-                        data = json.loads(path.read_text(encoding="utf-8"))
-                    except (OSError, ValueError):
-                        data = {}
-                data.pop("sample_spec", None)
+                        cached = _catalog_cache_path(path)
+                    except OSError:
+                        cached = None
+                    found = _read_catalog(cached) if cached is not None else None
+                    if found is not None:
+                        data = found
+                    else:
+                        try:
+                            data = reduce_catalog(json.loads(path.read_text(encoding="utf-8")))
+                        except (OSError, ValueError, AttributeError):
+                            data = {}
+                        if cached is not None and data:
+                            _write_marshal(cached, data)
                 _catalog = data
     return _catalog
 

@@ -83,6 +83,25 @@ def test_entry_point_lists_the_plugin() -> None:
     assert names["memory-summary"] == "plugin_memory_summary:create_plugin"
 
 
+def test_installed_plugins_are_looked_up_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command builds a plugin manager up to four times; the installed distributions are
+    scanned for plugins once."""
+    import host_stub.plugins as plugins
+
+    scans: list[str] = []
+
+    def counting(**params: Any) -> Any:
+        scans.append(params["group"])
+        return entry_points(**params)
+
+    monkeypatch.setattr(plugins, "entry_points", counting)
+    monkeypatch.setattr(plugins, "_installed", None)
+    for _ in range(3):
+        _, loaded = plugins.get_plugin_manager(HostConfig())
+        assert "memory-summary" in loaded
+    assert scans == [ENTRY_POINT_GROUP]
+
+
 def test_import_does_not_import_litellm() -> None:
     out = subprocess.run(
         [

@@ -40,6 +40,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import re
 import unicodedata
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -127,8 +128,19 @@ def _word_char(ch: str) -> bool:
     return ch.isalnum() or unicodedata.category(ch)[0] == "M"
 
 
+#: In ASCII text the word characters are exactly these (no marks, nothing unsegmented).
+_ASCII_WORD = re.compile(r"[A-Za-z0-9]+")
+
+
 def _runs(text: str) -> Iterable[tuple[str, bool]]:
-    """``(run, unsegmented)`` for each maximal run of word characters of one kind."""
+    """``(run, unsegmented)`` for each maximal run of word characters of one kind (ASCII text,
+    most of it, in one regular-expression scan instead of a test per character)."""
+    if text.isascii():
+        return ((found.group(), False) for found in _ASCII_WORD.finditer(text))
+    return _runs_per_char(text)
+
+
+def _runs_per_char(text: str) -> Iterable[tuple[str, bool]]:
     start = None
     kind = False
     for i, ch in enumerate(text):

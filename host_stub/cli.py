@@ -686,7 +686,7 @@ def search_snippet(text: str, query: str, width: int = 160) -> str:
 
 def search_item(hit: SearchHit) -> dict[str, Any]:
     """One match as ``search --json`` prints it."""
-    from .memory._search import search_text
+    from .memory.search_plan import search_text
 
     message = hit.message
     return {
@@ -701,7 +701,7 @@ def search_item(hit: SearchHit) -> dict[str, Any]:
 
 def search_line(hit: SearchHit, query: str) -> str:
     """``#12 user, archived, 2025-04-03 09:30: ...the snippet...``"""
-    from .memory._search import search_text
+    from .memory.search_plan import search_text
 
     message = hit.message
     status = "active" if message.archived is None else "archived"

@@ -44,6 +44,9 @@ __all__ = [
     "count_text",
     "encoding_name_for",
     "get_encoding",
+    "litellm_dir",
+    "read_catalog",
+    "read_spec",
 ]
 
 DEFAULT_ENCODING = "cl100k_base"
@@ -66,7 +69,7 @@ _ENCODING_URLS = {
 _lock = threading.Lock()
 
 
-def _litellm_dir() -> Path | None:
+def litellm_dir() -> Path | None:
     """litellm's package directory, found without importing it."""
     try:
         spec = importlib.util.find_spec("litellm")
@@ -83,7 +86,7 @@ def tiktoken_cache_dir() -> str | None:
     custom = os.environ.get("CUSTOM_TIKTOKEN_CACHE_DIR")
     if custom:
         return custom
-    root = _litellm_dir()
+    root = litellm_dir()
     return str(root / "litellm_core_utils" / "tokenizers") if root is not None else None
 
 
@@ -230,7 +233,7 @@ def _valid_spec(spec: Any) -> bool:
     )
 
 
-def _read_spec(path: Path) -> dict[str, Any] | None:
+def read_spec(path: Path) -> dict[str, Any] | None:
     try:
         # marshal.load(file) reads in small pieces: several times slower than one read.
         spec = marshal.loads(path.read_bytes())
@@ -278,7 +281,7 @@ def get_encoding(name: str) -> Any:
         assert directory is not None
         source = Path(directory) / hashlib.sha1(_ENCODING_URLS[name].encode()).hexdigest()
         path = _spec_cache_path(name, source)
-        spec = _read_spec(path)
+        spec = read_spec(path)
         if spec is None:
             from tiktoken_ext.openai_public import ENCODING_CONSTRUCTORS
 
@@ -374,7 +377,7 @@ def reduce_catalog(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-def _read_catalog(path: Path) -> dict[str, dict[str, Any]] | None:
+def read_catalog(path: Path) -> dict[str, dict[str, Any]] | None:
     try:
         data = marshal.loads(path.read_bytes())
     except (OSError, EOFError, ValueError, TypeError):
@@ -392,7 +395,7 @@ def _load_catalog() -> dict[str, Any]:
     if _catalog is None:
         with _lock:
             if _catalog is None:
-                root = _litellm_dir()
+                root = litellm_dir()
                 data: dict[str, Any] = {}
                 if root is not None:
                     path = root / "model_prices_and_context_window_backup.json"
@@ -400,7 +403,7 @@ def _load_catalog() -> dict[str, Any]:
                         cached = _catalog_cache_path(path)
                     except OSError:
                         cached = None
-                    found = _read_catalog(cached) if cached is not None else None
+                    found = read_catalog(cached) if cached is not None else None
                     if found is not None:
                         data = found
                     else:

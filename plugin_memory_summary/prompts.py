@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Literal
 
-from ._patterns import lazy_regex
 from .hygiene import neutralise
+from .patterns import lazy_regex
 
 if TYPE_CHECKING:
     import regex

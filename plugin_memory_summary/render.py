@@ -15,7 +15,7 @@ from typing import Literal
 
 from host_stub.messages import Message, text_of
 
-from ._patterns import lazy_regex
+from .patterns import lazy_regex
 from .text import cut_text
 
 __all__ = [

@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 
 from host_stub.messages import Message
 
-from ._patterns import lazy_regex
 from .config import PayloadCaps
 from .excerpts import content_keys, select_excerpts, split_long
 from .fitting import apply_caps, fit_lines, fit_to_budget, render_payload
 from .identifiers import extract_identifiers
+from .patterns import lazy_regex
 from .summary_model import (
     SOURCE_TIER,
     Excerpt,

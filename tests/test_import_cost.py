@@ -16,7 +16,7 @@ import sys
 import textwrap
 
 import plugin_memory_summary
-from plugin_memory_summary._patterns import LazyRegex
+from plugin_memory_summary.patterns import LazyRegex
 from plugin_memory_summary.redact import Redactor
 from plugin_memory_summary.report.screen import TERMINAL_SETTINGS
 

@@ -936,11 +936,12 @@ async def test_search_in_a_session_larger_than_its_budget_reads_what_the_plan_sa
     memory: MemoryService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A search reads at most ``MAX_POSTINGS`` postings and scores at most ``RESCORE``
-    candidates in full (``_search.plan_search``, ``choose``): the same hits on every store."""
-    from host_stub.memory import _search
+    candidates in full (``search_plan.plan_search``, ``choose``): the same hits on every store."""
 
-    monkeypatch.setattr(_search, "MAX_POSTINGS", 6)
-    monkeypatch.setattr(_search, "RESCORE", 4)
+    from host_stub.memory import search_plan
+
+    monkeypatch.setattr(search_plan, "MAX_POSTINGS", 6)
+    monkeypatch.setattr(search_plan, "RESCORE", 4)
     # 30 messages, each holding "lantern"; "harbor" and "violet" in 5 and 19, "violet" in 12.
     # Each also lends its words to the next (so "harbor" is found in 4 messages, "violet" in 6).
     # Roles alternate: odd seqs are the user's.
@@ -961,9 +962,9 @@ async def test_search_in_a_session_larger_than_its_budget_reads_what_the_plan_sa
     assert await _search_seqs(memory, "s", "lantern harbor violet", limit=4) == [19, 5, 20, 6]
     # Only RESCORE candidates (or as many as results asked for) are scored in full: on equal
     # estimates the newer.
-    monkeypatch.setattr(_search, "RESCORE", 1)
+    monkeypatch.setattr(search_plan, "RESCORE", 1)
     assert await _search_seqs(memory, "s", "lantern harbor violet", limit=2) == [19, 20]
-    monkeypatch.setattr(_search, "RESCORE", 4)
+    monkeypatch.setattr(search_plan, "RESCORE", 4)
     # A common word alone: its newest 6 postings are read, so older messages holding it are
     # not found.
     assert await _search_seqs(memory, "s", "lantern", limit=6) == [30, 29, 28, 27, 26, 25]
@@ -996,11 +997,11 @@ async def test_search_with_tight_limits_finds_what_the_reference_finds(
     store returns: the same plan, read and ranked the same way."""
     import random
 
-    from host_stub.memory import _search
+    from host_stub.memory import search_plan
 
-    monkeypatch.setattr(_search, "MAX_POSTINGS", 25)
-    monkeypatch.setattr(_search, "MAX_PARTIAL", 12)
-    monkeypatch.setattr(_search, "RESCORE", 15)
+    monkeypatch.setattr(search_plan, "MAX_POSTINGS", 25)
+    monkeypatch.setattr(search_plan, "MAX_PARTIAL", 12)
+    monkeypatch.setattr(search_plan, "RESCORE", 15)
     rng = random.Random(4)
     words = [f"w{i}" for i in range(40)]
     weights = [1 / (i + 1) for i in range(40)]  # a few words in most messages, most in few
@@ -1356,7 +1357,7 @@ async def _assert_upgraded(store: MemoryService) -> None:
 async def test_sqlite_schema_4_file_keeps_its_messages_and_gets_search_counts(
     tmp_path: Path,
 ) -> None:
-    from host_stub.memory._common import body_of
+    from host_stub.memory.common import body_of
     from host_stub.memory.sqlite import MIGRATIONS, backfill_search
 
     path = tmp_path / "v4.db"
@@ -1761,7 +1762,7 @@ async def test_postgres_schema_3_keeps_its_messages_and_gets_session_keyed_searc
 ) -> None:
     import asyncpg
 
-    from host_stub.memory._common import body_of
+    from host_stub.memory.common import body_of
     from host_stub.memory.postgres import MIGRATIONS, PostgresMemory
 
     [schema] = parse_qs(urlsplit(pg).query)["schema"]

@@ -179,7 +179,7 @@ def test_the_cached_tables_are_the_bundled_ones(
     try:
         tokenizer.get_encoding(name)  # parses the bundled file, writes the cache
         (cached,) = tmp_path.glob(f"tiktoken-{name}-*.marshal")
-        spec = tokenizer._read_spec(cached)
+        spec = tokenizer.read_spec(cached)
         assert spec is not None
         assert spec["mergeable_ranks"] == bundled["mergeable_ranks"]
         assert spec["special_tokens"] == bundled["special_tokens"]
@@ -209,10 +209,10 @@ def test_a_damaged_cache_file_is_parsed_again(
         other = {"ranks": spec["mergeable_ranks"], "pat_str": spec["pat_str"]}
         for damaged in (good[: len(good) // 2], marshal.dumps(few), marshal.dumps(other)):
             cached.write_bytes(damaged)
-            assert tokenizer._read_spec(cached) is None
+            assert tokenizer.read_spec(cached) is None
             tokenizer.get_encoding.cache_clear()
             assert len(tokenizer.get_encoding("cl100k_base").encode(text)) == expected
-            assert tokenizer._read_spec(cached) is not None  # rewritten
+            assert tokenizer.read_spec(cached) is not None  # rewritten
     finally:
         tokenizer.get_encoding.cache_clear()
 
@@ -225,7 +225,7 @@ def test_the_cached_catalog_gives_the_windows_and_encodings_of_the_bundled_file(
     import json
 
     monkeypatch.setenv("HOST_STUB_CACHE_DIR", str(tmp_path))
-    root = tokenizer._litellm_dir()
+    root = tokenizer.litellm_dir()
     assert root is not None
     full = json.loads((root / "model_prices_and_context_window_backup.json").read_text("utf-8"))
     names = [n for n, e in full.items() if n != "sample_spec" and isinstance(e, dict)]
@@ -246,5 +246,5 @@ def test_the_cached_catalog_gives_the_windows_and_encodings_of_the_bundled_file(
     cached.write_bytes(cached.read_bytes()[:1000])
     monkeypatch.setattr(tokenizer, "_catalog", None)
     assert answers() == expected
-    assert tokenizer._read_catalog(cached) is not None  # rewritten
+    assert tokenizer.read_catalog(cached) is not None  # rewritten
     tokenizer.encoding_name_for.cache_clear()

@@ -210,7 +210,7 @@ async def test_an_append_reuses_the_terms_of_the_message_before() -> None:
 
     memory = InMemoryMemory(token_counter=lambda m: 1)
     await memory.append("s", [Message(role="user", content="booking reference alpha")])
-    import host_stub.memory._search as search
+    import host_stub.memory.search_plan as search
 
     own = search.own_terms
     calls: list[Any] = []
@@ -242,8 +242,10 @@ async def test_messages_the_last_prompt_sent_are_not_counted_again() -> None:
     memory = InMemoryMemory(token_counter=lambda m: 5)
     async with Host(NO_ENTRY_POINTS, memory=memory, llm=Counting(default="ok")) as host:
         for i in range(6):
-            await host.run_turn("s", f"q{i}", recorded=[Message(role="assistant", content=f"a{i}")])
-        previous = {str(m["content"]) for m in host._last_sent["s"].messages}
+            last = await host.run_turn(
+                "s", f"q{i}", recorded=[Message(role="assistant", content=f"a{i}")]
+            )
+        previous = {str(m["content"]) for m in last.sent[-1]}
         await memory.trim_history("s", keep_recent=6)
         counted.clear()
         result = await host.run_turn("s", "q6", recorded=[Message(role="assistant", content="a6")])
@@ -260,18 +262,20 @@ async def test_messages_the_last_prompt_sent_are_not_counted_again() -> None:
 def test_ascii_text_is_split_into_the_same_words_in_one_scan(text: str) -> None:
     """ASCII text (most messages) is cut into word runs by one regular-expression scan; the
     runs are those of the test per character that any other text gets."""
-    from host_stub.memory import _search
+    from host_stub.memory import search_plan
 
-    assert list(_search._runs(text)) == list(_search._runs_per_char(text))
+    assert list(search_plan.word_runs(text)) == list(search_plan.word_runs_per_char(text))
 
 
 def test_only_text_outside_ascii_is_tested_per_character(monkeypatch: pytest.MonkeyPatch) -> None:
-    from host_stub.memory import _search
+    from host_stub.memory import search_plan
 
     seen: list[str] = []
-    real = _search._runs_per_char
-    monkeypatch.setattr(_search, "_runs_per_char", lambda text: seen.append(text) or real(text))
-    assert _search.index_terms("Booked RES-4711, table_12") == [
+    real = search_plan.word_runs_per_char
+    monkeypatch.setattr(
+        search_plan, "word_runs_per_char", lambda text: seen.append(text) or real(text)
+    )
+    assert search_plan.index_terms("Booked RES-4711, table_12") == [
         "book",
         "res",
         "4711",
@@ -279,7 +283,7 @@ def test_only_text_outside_ascii_is_tested_per_character(monkeypatch: pytest.Mon
         "12",
     ]
     assert seen == []
-    assert _search.index_terms("我对花生过敏 ok") == [
+    assert search_plan.index_terms("我对花生过敏 ok") == [
         "我对",
         "对花",
         "花生",

@@ -26,7 +26,7 @@ from ..services import (
     Snapshot,
 )
 from ..session_ids import check_session_id
-from ._common import (
+from .common import (
     TokenCounter,
     body_of,
     check_limit,
@@ -40,7 +40,7 @@ from ._common import (
     to_datetime,
     tokens_of,
 )
-from ._search import (
+from .search_plan import (
     CONTEXT_SPAN,
     Indexed,
     batch_terms,

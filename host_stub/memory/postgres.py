@@ -32,7 +32,7 @@ kept when many connections write at once:
   lent one).
   ``search_terms`` (each term's document frequency per session key) and the session's
   ``search_docs``/``search_length`` are written in the transaction that indexes or unindexes,
-  under the session's row lock. A search follows ``_search.plan_search`` in four or five
+  under the session's row lock. A search follows ``search_plan.plan_search`` in four or five
   statements: the counts; the newest postings of one term, if planned (from a widening window
   of the newest seqs); the other reads and the probes (one statement of ``@@`` reads, a
   conjunction intersected in the index); the chosen candidates'
@@ -70,7 +70,7 @@ from ..services import (
     Snapshot,
 )
 from ..session_ids import check_session_id
-from ._common import (
+from .common import (
     TokenCounter,
     body_of,
     check_limit,
@@ -86,7 +86,7 @@ from ._common import (
     to_datetime,
     tokens_of,
 )
-from ._search import (
+from .search_plan import (
     CONTEXT_SPAN,
     CONTEXT_WEIGHT,
     Indexed,
@@ -155,7 +155,7 @@ MIGRATIONS: dict[int, list[str]] = {
     # 2 -> 3: fencing tokens. A lease row stays after its release (token emptied) so the fence
     # of its next holder keeps growing.
     2: ["ALTER TABLE {p}leases ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0"],
-    # 3 -> 4: a search reads only the postings it needs (see _search.plan_search), from a table
+    # 3 -> 4: a search reads only the postings it needs (see search_plan.plan_search), from a table
     # of its own: ``search_docs``, one row per indexed message, without the message's body (a
     # search visits the row of each posting it reads). Each
     # session gets a key its lexemes start with ("<key>_<term>"), so the GIN index holds one

@@ -43,10 +43,10 @@ Search. An FTS5 table (``search``: a message's own terms and the terms it is len
 space-joined) holds a session's entries as one rowid range (``key << 32 | seq``); next to it,
 ``search_sessions`` (each session's key, number and total length of entries) and
 ``search_terms`` (each term's document frequency in each session), written in the transactions
-that write the entries. A search follows ``_search.plan_search``: it reads the planned lists and
+that write the entries. A search follows ``search_plan.plan_search``: it reads the planned lists and
 conjunctions (``group_concat`` of the rowids; ``ORDER BY rowid DESC LIMIT k`` for the newest of
 one term; an ``AND`` query read whole, its newest kept, as FTS5 walks those backwards slowly),
-probes the other terms with FTS5 ``AND`` queries, and scores the candidates ``_search.choose``
+probes the other terms with FTS5 ``AND`` queries, and scores the candidates ``search_plan.choose``
 picks from FTS5's content table (``search_content``). FTS5's own ``bm25`` is not used: it ranks
 every match and takes its statistics from every session of the file.
 
@@ -78,7 +78,7 @@ from ..services import (
     Snapshot,
 )
 from ..session_ids import check_session_id
-from ._common import (
+from .common import (
     TokenCounter,
     body_of,
     check_limit,
@@ -92,7 +92,7 @@ from ._common import (
     to_datetime,
     tokens_of,
 )
-from ._search import (
+from .search_plan import (
     CONTEXT_SPAN,
     Indexed,
     choose,
@@ -174,7 +174,7 @@ MIGRATIONS: dict[int, str] = {
     """,
     # 4 -> 5: what a search ranks with, per session (filled by _backfill_stats): the number and
     # total length of its indexed messages, and each term's document frequency, so a search reads
-    # only the postings it needs (see _search.plan_reads) instead of ranking every match
+    # only the postings it needs (see search_plan.plan_reads) instead of ranking every match
     4: """
     ALTER TABLE search_sessions ADD COLUMN docs INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE search_sessions ADD COLUMN length REAL NOT NULL DEFAULT 0;
@@ -945,7 +945,7 @@ def _search(
     db: sqlite3.Connection, session_id: str, terms: list[str], role: str | None, limit: int
 ) -> list[tuple[_Row, float]]:
     """The ``limit`` best matches of the session for ``terms``: (message row + stored at, score),
-    best first, found and ranked as ``_search.plan_search`` and ``choose`` say."""
+    best first, found and ranked as ``search_plan.plan_search`` and ``choose`` say."""
     row = _one(
         db, "SELECT id, docs, length FROM search_sessions WHERE session_id = ?", (session_id,)
     )

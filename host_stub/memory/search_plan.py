@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from ..messages import Message, text_of
 
 __all__ = [
+    "word_runs",
+    "word_runs_per_char",
     "MAX_INDEX_TERMS",
     "MAX_POSTINGS",
     "RESCORE",
@@ -132,15 +134,15 @@ def _word_char(ch: str) -> bool:
 _ASCII_WORD = re.compile(r"[A-Za-z0-9]+")
 
 
-def _runs(text: str) -> Iterable[tuple[str, bool]]:
+def word_runs(text: str) -> Iterable[tuple[str, bool]]:
     """``(run, unsegmented)`` for each maximal run of word characters of one kind (ASCII text,
     most of it, in one regular-expression scan instead of a test per character)."""
     if text.isascii():
         return ((found.group(), False) for found in _ASCII_WORD.finditer(text))
-    return _runs_per_char(text)
+    return word_runs_per_char(text)
 
 
-def _runs_per_char(text: str) -> Iterable[tuple[str, bool]]:
+def word_runs_per_char(text: str) -> Iterable[tuple[str, bool]]:
     start = None
     kind = False
     for i, ch in enumerate(text):
@@ -233,7 +235,7 @@ def stem(word: str) -> str:
 def _terms(text: str, *, unigrams: bool) -> list[str]:
     out: list[str] = []
     folded = unicodedata.normalize("NFKC", text[:MAX_INDEX_CHARS]).casefold()
-    for run, unsegmented in _runs(folded):
+    for run, unsegmented in word_runs(folded):
         if unsegmented:
             if len(run) == 1:
                 out.append(run)

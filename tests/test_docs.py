@@ -297,10 +297,14 @@ def test_every_benchmark_figure_in_the_readme_is_in_the_results_file_of_its_scri
         if found:
             script = found.group(1)
         assert script, f"README benchmark row {what!r} names no script"
-        # A mode of a script writes its own file: `bench/x.py --mode` -> results/x_mode.md.
+        # A mode of a script writes its own file: `bench/x.py --mode` -> results/x_mode.md;
+        # `--name N` names it: results/N.md.
         name = script
         mode = re.search(rf"bench/{script}\.py --(\w+)", command)
-        if mode and (ROOT / "bench" / "results" / f"{script}_{mode.group(1)}.md").exists():
+        named = re.search(r"--name (\w+)", command)
+        if named:
+            name = named.group(1)
+        elif mode and (ROOT / "bench" / "results" / f"{script}_{mode.group(1)}.md").exists():
             name = f"{script}_{mode.group(1)}"
         # Thousands separators differ between tables ("1186", "1,186"): compare without them.
         text = (ROOT / "bench" / "results" / f"{name}.md").read_text(encoding="utf-8")

@@ -12,6 +12,7 @@ from .config import MemorySummaryConfig
 from .decisions import fixed_tokens, summary_budget, tail_room_cap
 from .hygiene import framing_overhead, wrap_summary_block
 from .record import SummaryRecord
+from .speed import SpeedBook
 from .text import cut_text
 
 __all__ = ["BLOCK_CACHE_SIZE", "COUNT_MEMO_SIZE", "TokenBook"]
@@ -35,6 +36,8 @@ class TokenBook:
         #: Token counts of recent texts, oldest first.
         self._counted: dict[str, int] = {}
         self._blocks: dict[BlockKey, tuple[str, int]] = {}
+        #: How fast each summary model answered so far (sizes its calls to its timeout).
+        self.speed = SpeedBook()
 
     @property
     def recall(self) -> bool:

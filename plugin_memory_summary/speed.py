@@ -170,11 +170,12 @@ def timeout_reason(timeout_s: float, speed: Speed | None) -> str:
     measured = ""
     if speed is not None:
         measured = (
-            f"; measured: reads {speed.prompt_tps:,.0f} and writes {speed.output_tps:,.1f} "
-            "tokens/s, later calls sized to fit"
+            f" (the model reads {speed.prompt_tps:,.0f} and writes {speed.output_tps:,.1f} "
+            "tokens/s: later calls are sized to fit)"
         )
+    # One reason, no "; " in it: a run's reasons are joined with that.
     return (
-        f"timed out after {timeout_s:.1f}s{measured}; raise summary_timeout_s "
+        f"timed out after {timeout_s:.1f}s{measured}, raise summary_timeout_s "
         "([plugin.memory-summary] in the host config) for a slow model"
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -85,9 +86,17 @@ def _context(previous: SummaryPayload | None, lang: str) -> str:
 ERROR_CHARS = 240
 
 
+_PROVIDER_MESSAGE = re.compile(r"""['"]message['"]\s*:\s*(['"])(.+?)\1\s*[,}]""")
+_WRAPPERS = re.compile(r"^(?:(?:[\w.]+(?:Error|Exception)\w*|Error code: \d+)\s*[:-]\s*)+")
+
+
 def error_line(message: str) -> str:
-    """A provider's error on one line, cut in the middle when long."""
-    return cut_middle(message, ERROR_CHARS)
+    """A provider's error on one line: the server's own message when the error wraps one (the
+    client's class names and status prefixes left out), cut in the middle when long."""
+    line = " ".join(message.split())
+    found = _PROVIDER_MESSAGE.search(line)
+    text = found.group(2) if found else _WRAPPERS.sub("", line)
+    return cut_middle(text or line, ERROR_CHARS)
 
 
 def _next_chunk(
@@ -281,7 +290,7 @@ async def summarize_batches(
                 # (identifiers, quoted sentences) is stored and injected.
                 clean, redacted = redact_messages(chunk, safe_redactor(redactor)), False
                 outcome.errors.append(
-                    f"redaction failed ({exc}); the rules engine merged the batch"
+                    f"redaction failed ({exc}), the rules engine merged the batch"
                 )
                 outcome.fallback = "rules"
             if model is None:

@@ -11,6 +11,7 @@ messages, in the kept text (summary block + active messages), as bench/retention
 
     python bench/model_replay.py --api-base URL --model openai/NAME [--api-key KEY]
         [--messages 200] [--demo-turns 300] [--locomo-window 4000] [--timeout S]
+        [--model-window N]
         [--data DIR] [--quick] [--out DIR]
 """
 
@@ -111,6 +112,8 @@ def host_config(
         host.update(model=args.model, api_base=args.api_base)
         # A local server that checks no key accepts any (the CLI sends the same placeholder).
         host["api_key"] = args.api_key or os.environ.get("OPENAI_API_KEY") or "no-key"
+        if args.model_window:
+            host["models"] = {args.model: {"context_window": args.model_window}}
     plugin = dict((data.get("plugin") or {}).get(PLUGIN) or {})
     if model and args.timeout:
         plugin["summary_timeout_s"] = args.timeout
@@ -191,6 +194,13 @@ async def main() -> None:
     p.add_argument("--locomo-window", type=int, default=BUDGET, help="host window for LoCoMo")
     p.add_argument("--demo-window", type=int, default=None, help="host window for the demo")
     p.add_argument("--timeout", type=float, default=None, help="summary_timeout_s")
+    p.add_argument(
+        "--model-window",
+        type=int,
+        default=None,
+        help="the server's context window, for a server that does not report it "
+        '([host.models."MODEL"] context_window)',
+    )
     args = p.parse_args()
     locomo_path = require_data(args.data, "locomo/locomo_dev.json")
     if args.quick:

@@ -2,9 +2,10 @@
 
 Each call gives one sample: the prompt's tokens (as the host counts them), the tokens the model
 wrote and the seconds it took. A call's time is modelled as ``prompt_s * prompt tokens +
-output_s * output tokens`` (reading a prompt is much cheaper per token than writing an answer on
-every server). With two or more samples of different shapes both costs are fitted (least squares);
-before that, writing a token is assumed to cost :data:`OUTPUT_COST_RATIO` times reading one.
+output_s * output tokens`` (reading a prompt is cheaper per token than writing an answer: from
+about as cheap on a busy CPU to a hundred times cheaper on a GPU). With two or more samples of
+different shapes both costs are fitted (least squares); before that, writing a token is
+assumed to cost :data:`OUTPUT_COST_RATIO` times reading one.
 
 A call that timed out is a lower bound: it is kept as a sample that took :data:`TIMEOUT_FACTOR`
 times the timeout, so the next calls are asked for less; and the server, which does not know the
@@ -32,7 +33,7 @@ __all__ = [
 ]
 
 #: Before both costs can be fitted: seconds per output token / seconds per prompt token.
-OUTPUT_COST_RATIO = 20.0
+OUTPUT_COST_RATIO = 4.0
 #: A timed-out call is counted as having needed this many times its timeout.
 TIMEOUT_FACTOR = 1.5
 #: Share of the timeout a call is sized to take (the rest is margin for noise and queueing).
@@ -132,25 +133,29 @@ def call_limits(
     timeout_s: float,
     max_tokens: int,
     overhead_tokens: int,
-    batch_share: float = 1.0,
     margin: float = MARGIN,
+    typical_output: int | None = None,
 ) -> CallLimits | None:
     """What one call may take so that it ends within ``margin`` of ``timeout_s`` at ``speed``
     (``None`` when the speed is not known yet): the answer its ``max_tokens`` unless writing
     them would take more than :data:`OUTPUT_SHARE` of that time (then what fits in it), the
     prompt the rest. ``overhead_tokens``: the
-    prompt's tokens besides the conversation (instructions, context, labels) and
-    ``batch_share`` the conversation's share of the prompt, both from a previous call: the batch
-    is the smaller of the two estimates (a fixed overhead, or one that grows with the batch)."""
+    prompt's tokens besides the conversation (instructions, context, labels), from a previous
+    call (the margin covers labels that grow with the batch).
+    ``typical_output``: how long the model's answers were so far (the batch is sized for those,
+    while the answer may still take all of its share)."""
     if speed is None:
         return None
     allowed = timeout_s * margin
     out = max_tokens
     if speed.output_s * max_tokens > allowed * OUTPUT_SHARE:
         out = max(min(max_tokens, MIN_ANSWER_TOKENS), int(allowed * OUTPUT_SHARE / speed.output_s))
-    left = allowed - speed.output_s * out
+    # The batch is sized for the answers the model writes (half as long again), the answer cut
+    # at what fits: a call that writes all of ``out`` still ends within the timeout.
+    expected = out if typical_output is None else min(out, int(typical_output * 1.5))
+    left = allowed - speed.output_s * expected
     prompt = int(left / speed.prompt_s) if speed.prompt_s > 0 else 10**9
-    batch = min(prompt - overhead_tokens, int(prompt * min(1.0, max(0.05, batch_share))))
+    batch = prompt - overhead_tokens
     return CallLimits(batch_tokens=max(MIN_BATCH_TOKENS, batch), max_tokens=out)
 
 
@@ -218,13 +223,13 @@ class SpeedBook:
         done = [s for s in samples if not s.timed_out]
         last = done[-1] if done else None
         overhead = max(0, last.prompt_tokens - last.batch_tokens) if last else 0
-        share = last.batch_tokens / last.prompt_tokens if last and last.prompt_tokens else 1.0
+        typical = max((s.output_tokens for s in done[-3:]), default=None)
         return call_limits(
             self.speed(model),
             timeout_s=timeout_s,
             max_tokens=max_tokens,
             overhead_tokens=overhead,
-            batch_share=share,
+            typical_output=typical,
         )
 
     def busy_for(self, model: str, now: float | None = None) -> float:

@@ -17,7 +17,7 @@ from .answers import Answer, AnswerRejected, digest_excerpts, layer_answer, read
 from .config import MemorySummaryConfig
 from .decisions import split_batches, summary_growth
 from .fitting import apply_caps, fit_to_budget, render_payload
-from .prompts import PAYLOAD_KEYS, SMALL_PAYLOAD_KEYS, build_summary_messages
+from .prompts import build_summary_messages, request_keys
 from .redact import RedactionError, Redactor
 from .render import render_transcript
 from .rules import rules_merge
@@ -117,10 +117,6 @@ def _answer_tokens(budget: int, batch_tokens: int, max_out: int | None) -> int:
     return min(want, max(64, max_out // 2)) if max_out else want
 
 
-#: A model that may write fewer output tokens than this is asked for fewer fields.
-SMALL_OUTPUT = 1024
-
-
 async def _llm_answer(
     previous: SummaryPayload | None,
     batch: Sequence[Message],
@@ -158,14 +154,14 @@ async def _llm_answer(
     limit = budget if max_tokens is None else min(budget, max_tokens)
     batch_tokens = _tokens_of(batch, count_tokens)
     answer_tokens = _answer_tokens(limit, batch_tokens, max_out)
-    small = min(limit, max_out or limit) < SMALL_OUTPUT
+    keys = request_keys(min(limit, max_out or limit), llm.context_window(model))
     prompt = build_summary_messages(
         transcript=transcript,
         lang=lang,
         custom_prompt=config.summary_prompt,
         budget_tokens=answer_tokens,
         context=context,
-        keys=SMALL_PAYLOAD_KEYS if small else PAYLOAD_KEYS,
+        keys=keys,
     )
     prompt_tokens = sum(count_tokens(m["content"]) for m in prompt)
     outcome.llm_calls += 1

@@ -200,3 +200,20 @@ def test_json_after_a_timestamp_is_still_debris(debris: str) -> None:
     from plugin_memory_summary.parsing import debris_reason
 
     assert debris_reason(debris) is not None
+
+
+def test_prose_lines_a_weak_model_made_up_are_left_out() -> None:
+    from plugin_memory_summary.answers import read_answer
+
+    source = (
+        "user: I went to the LGBTQ support group yesterday, the transgender stories inspired me."
+    )
+    answer = read_answer(
+        "A recent LGBTQ support group shared inspiring transgender stories. "
+        "Melanie praised the wonderful baking contest results for everyone's families.",
+        cut_off=False,
+        instructions="You write short summaries.",
+        source=source,
+    )
+    assert answer.digest == ["A recent LGBTQ support group shared inspiring transgender stories."]
+    assert any("left out" in n for n in answer.notes)

@@ -70,14 +70,25 @@ def test_limits_fit_the_call_in_the_timeout_with_margin(
     prompt_s: float, output_s: float, budget: int
 ) -> None:
     speed = Speed(prompt_s, output_s, 2)
-    limits = call_limits(
-        speed, timeout_s=60.0, max_tokens=budget, overhead_tokens=300, batch_share=0.8
-    )
+    limits = call_limits(speed, timeout_s=60.0, max_tokens=budget, overhead_tokens=300)
     assert limits is not None
     assert limits.max_tokens <= budget
     assert speed.seconds(limits.batch_tokens + 300, limits.max_tokens) <= 60.0 * 0.5 + 1e-6
     if output_s * budget <= 60.0 * 0.5 * 0.5:
         assert limits.max_tokens == budget  # a writer fast enough keeps its whole answer
+
+
+def test_the_batch_is_sized_for_the_answers_the_model_writes() -> None:
+    speed = Speed(0.01, 0.05, 3)
+    worst = call_limits(speed, timeout_s=60, max_tokens=300, overhead_tokens=100)
+    typical = call_limits(
+        speed, timeout_s=60, max_tokens=300, overhead_tokens=100, typical_output=60
+    )
+    assert worst is not None and typical is not None
+    assert typical.max_tokens == worst.max_tokens == 300
+    assert typical.batch_tokens > worst.batch_tokens
+    # even an answer of the whole max_tokens ends within the timeout
+    assert speed.seconds(typical.batch_tokens + 100, typical.max_tokens) < 60
 
 
 def test_a_slow_writer_is_asked_for_a_shorter_answer_not_below_the_floor() -> None:

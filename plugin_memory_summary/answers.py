@@ -143,27 +143,28 @@ def _stems(text: str) -> set[str]:
     return {w[:5].lower() for w in _WORD.findall(text)}
 
 
-def _grounded(item: str, source: str) -> bool:
+def _grounded(item: str, source_stems: set[str]) -> bool:
     """Whether ``item``'s words (four letters or more, compared by their first five) are found
-    in ``source``; an item with fewer than three such words is not judged."""
+    among the source's; an item with fewer than three such words is not judged."""
     stems = _stems(item)
-    return len(stems) < 3 or len(stems & _stems(source)) / len(stems) >= GROUNDED
+    return len(stems) < 3 or len(stems & source_stems) / len(stems) >= GROUNDED
 
 
-def _usable(item: str, source: str, *, judged: bool = False) -> bool:
-    """Whether an item can be kept; ``judged``: its words are checked against the source too."""
+def _usable(item: str, source: str, source_stems: set[str] | None = None) -> bool:
+    """Whether an item can be kept; with ``source_stems``, its words are judged too."""
     return (
         bool(item.strip())
         and debris_reason(item) is None
         and not _invented(item, source)
-        and (not judged or _grounded(item, source))
+        and (source_stems is None or _grounded(item, source_stems))
     )
 
 
 def _clean_items(
     items: Sequence[str], source: str, *, judged: bool = False
 ) -> tuple[list[str], int]:
-    kept = [collapse_whitespace(i) for i in items if _usable(i, source, judged=judged)]
+    stems = _stems(source) if judged and items else None
+    kept = [collapse_whitespace(i) for i in items if _usable(i, source, stems)]
     return list(dict.fromkeys(kept)), len(items) - len(kept)
 
 

@@ -56,7 +56,7 @@ def fallback_kinds(reasons: Iterable[str]) -> list[tuple[str, int, str]]:
     counts: Counter[str] = Counter()
     examples: dict[str, str] = {}
     for reason in reasons:
-        kinds = {}
+        kinds: dict[str, str] = {}
         for part in reason_parts(reason):
             kinds.setdefault(reason_kind(part), part)
         for kind, part in kinds.items():

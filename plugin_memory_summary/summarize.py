@@ -154,7 +154,10 @@ async def _llm_answer(
     limit = budget if max_tokens is None else min(budget, max_tokens)
     batch_tokens = _tokens_of(batch, count_tokens)
     answer_tokens = _answer_tokens(limit, batch_tokens, max_out)
-    keys = request_keys(min(limit, max_out or limit), llm.context_window(model))
+    # The request's shape follows the model (its window, its output limit, what its speed
+    # allows), not the summary budget.
+    model_limit = min(max_tokens or max_out or budget, max_out or budget)
+    keys = request_keys(model_limit, llm.context_window(model))
     prompt = build_summary_messages(
         transcript=transcript,
         lang=lang,
@@ -184,9 +187,11 @@ async def _llm_answer(
     except Exception as exc:
         if not isinstance(exc, TimeoutError) and "timeout" not in type(exc).__name__.lower():
             raise SummarizerError(f"{type(exc).__name__}: {error_line(str(exc))}") from None
-        outcome.latencies.append(time.monotonic() - started)
+        waited = time.monotonic() - started
+        outcome.latencies.append(waited)
         if speed is not None and not deadline_bound:
-            sample = Sample(prompt_tokens, batch_tokens, limit, timeout, timed_out=True)
+            # What was waited, not the timeout: a client that gave up sooner says less.
+            sample = Sample(prompt_tokens, batch_tokens, limit, waited, timed_out=True)
             speed.timed_out(model, sample, limit)
         raise SummarizerError(
             timeout_reason(timeout, speed.speed(model) if speed is not None else None),

@@ -104,6 +104,9 @@ class FailingLLM:
     def max_output_tokens(self, model=None):  # type: ignore[no-untyped-def]
         return 4096
 
+    def context_window(self, model=None):  # type: ignore[no-untyped-def]
+        return 128_000
+
 
 async def test_a_provider_error_reason_keeps_the_numbers_at_its_end() -> None:
     from host_stub.messages import Message

@@ -323,16 +323,18 @@ def _tiktoken_cache() -> None:
 class TokenCounter:
     """tiktoken ``cl100k_base`` (what litellm counts with offline for every model) with the
     OpenAI chat formula litellm uses: per message 3 tokens + role + content + name + tool calls,
-    plus 3 per prompt. Texts are cached, as the reference LLM service caches them."""
+    plus 3 per prompt. Texts are cached, as the reference LLM service caches them, unless
+    ``cached=False`` (every count encodes: the peers' comparison gives every system that)."""
 
     name = "tiktoken cl100k_base, OpenAI chat formula"
 
-    def __init__(self) -> None:
+    def __init__(self, *, cached: bool = True) -> None:
         _tiktoken_cache()
         import tiktoken
 
         self._encoding = tiktoken.get_encoding("cl100k_base")
-        self.text = lru_cache(maxsize=65536)(self._text)
+        self.cached = cached
+        self.text = lru_cache(maxsize=65536)(self._text) if cached else self._text
 
     def _text(self, text: str) -> int:
         return len(self._encoding.encode(text, disallowed_special=()))

@@ -4,8 +4,8 @@ the same token counter and the same 4,000-token budget, on LoCoMo and tau-bench.
 
 The peers are not dependencies of the plugin: install them in a separate environment,
 
-    python3 -m venv ../benchvenv && ../benchvenv/bin/pip install -e '.[bench]'
-    ../benchvenv/bin/python bench/peers.py [--data DIR] [--quick] [--out DIR]
+    python3 -m venv .benchvenv && .benchvenv/bin/pip install -e '.[bench]'
+    .benchvenv/bin/python bench/peers.py [--data DIR] [--quick] [--out DIR]
 
 Per model call (step): context tokens sent, messages kept verbatim, tool-pair violations in what
 is sent, and the time the memory component took for that call. Ours runs in the real host
@@ -71,9 +71,9 @@ from host_stub.testing import CallStats  # noqa: E402
 PEER_PACKAGES = ("langchain", "langchain-core", "langgraph", "langmem")
 INSTALL_HINT = (
     "the peers (LangChain v1, LangMem) are not installed in this interpreter; install them in a "
-    "separate environment: python3 -m venv ../benchvenv && "
-    "../benchvenv/bin/pip install -e '.[bench]', then run "
-    "../benchvenv/bin/python bench/peers.py"
+    "separate environment inside the repository (ignored by git): python3 -m venv .benchvenv && "
+    ".benchvenv/bin/pip install -e '.[bench]', then run "
+    ".benchvenv/bin/python bench/peers.py"
 )
 KEEP_MESSAGES = 20
 LANGMEM_SUMMARY_TOKENS = 512  # the plugin's summary budget at a 4k window
@@ -107,13 +107,13 @@ def import_peers() -> dict[str, Any]:
 
 class LCAdapter:
     """Converts the data sets to LangChain messages and counts LangChain messages with the same
-    counter as the host (each message counted once, then cached by its id, as the host stores a
-    message's count at append)."""
+    counter as the host. The counter caches nothing (``TokenCounter(cached=False)``): the
+    middleware counts its state with it at every call, as it does with any counter; the host
+    counts each message once, when it stores it."""
 
     def __init__(self, lc: dict[str, Any], counter: TokenCounter) -> None:
         self.lc = lc
         self.counter = counter
-        self._cache: dict[tuple[str, int], int] = {}
         self._ids = 0
 
     def next_id(self) -> str:
@@ -166,17 +166,7 @@ class LCAdapter:
         return out
 
     def count(self, messages: Sequence[Any]) -> int:
-        total = 0
-        for m in messages:
-            content = m.content if isinstance(m.content, str) else str(m.content)
-            key = (str(m.id), len(content))
-            n = self._cache.get(key) if m.id is not None else None
-            if n is None:
-                n = self.counter.stored(self.to_openai(m))
-                if m.id is not None:
-                    self._cache[key] = n
-            total += n
-        return total
+        return sum(self.counter.stored(self.to_openai(m)) for m in messages)
 
 
 def make_fake_model(lc: dict[str, Any], adapter: LCAdapter, log: CallStats) -> Any:
@@ -252,6 +242,7 @@ def run_langchain(
     counter: TokenCounter,
     *,
     model_latency_s: float = 0.0,
+    budget: int = BUDGET,
 ) -> SystemRun:
     adapter = LCAdapter(lc, counter)
     log = CallStats()
@@ -261,11 +252,12 @@ def run_langchain(
     fixed = adapter.count([system])
     middleware = lc["SummarizationMiddleware"](
         model,
-        trigger=("tokens", BUDGET - fixed),
+        trigger=("tokens", budget - fixed),
         keep=("messages", KEEP_MESSAGES),
         token_counter=adapter.count,
     )
     run = SystemRun(LANGCHAIN)
+    run.extra["budget"] = budget
     state: list[Any] = []
     for batch, _ in step_batches(conversation):
         state.extend(adapter.to_lc(m) for m in batch if m["role"] != "system")
@@ -290,6 +282,7 @@ def run_langmem(
     counter: TokenCounter,
     *,
     model_latency_s: float = 0.0,
+    budget: int = BUDGET,
 ) -> SystemRun:
     adapter = LCAdapter(lc, counter)
     log = CallStats()
@@ -298,6 +291,7 @@ def run_langmem(
     messages: list[Any] = [lc["SystemMessage"](content=system_text, id="system")]
     running = None
     run = SystemRun(LANGMEM)
+    run.extra["budget"] = budget
     for batch, _ in step_batches(conversation):
         messages.extend(adapter.to_lc(m) for m in batch if m["role"] != "system")
         calls, start = log.calls, time.perf_counter()
@@ -305,7 +299,7 @@ def run_langmem(
             messages,
             running_summary=running,
             model=model,
-            max_tokens=BUDGET,
+            max_tokens=budget,
             max_summary_tokens=LANGMEM_SUMMARY_TOKENS,
             token_counter=adapter.count,
         )
@@ -437,39 +431,64 @@ async def run_ours(
     label: str,
     *,
     model_latency_s: float = 0.0,
+    budget: int = BUDGET,
+    memory: str | None = None,
 ) -> SystemRun:
     """``model_latency_s``: how long each recorded model call takes (an ``asyncio.sleep`` once
     the prompt is ready; not part of the step time). With 0 the next step starts at once, so
     background compressions compete with it for the event loop; a real call gives them its
-    duration."""
+    duration. ``memory``: a store URL (default: a SQLite file).
+
+    A step's time is the whole host turn around that model call: from the end of the previous
+    model call (or the turn's start) until the prompt is ready, and, for a turn's last call, the
+    rest of the turn after it (the reply's append, ``agent:turn:after``) - the store appends,
+    the snapshot, the prompt build, every hook and signal, the plugin's work included; only the
+    model call is left out."""
     llm = bench_llm(counter=counter)
     own: list[float] = []  # the plugin's own code, per step
     times: list[float] = []  # the same with the host's dispatch around it
+    whole: list[float] = []  # the whole host turn around each model call
     blocking: list[int] = []
+    since = [0.0]  # when the host's current stretch of work began
     with time_plugin_code(own, blocking):
-        rig = await make_rig(llm, config)
+        rig = await make_rig(llm, config, context_window=budget, memory=memory)
         instrument(rig.host, times)
 
         async def new_step(*args: Any, **kwargs: Any) -> Any:
             own.append(0.0)
             times.append(0.0)
             blocking.append(0)
+            whole.append(0.0)
             prompt = await prepare(*args, **kwargs)
+            whole[-1] += time.perf_counter() - since[0]
             if model_latency_s:
                 await asyncio.sleep(model_latency_s)  # the model call
+            since[0] = time.perf_counter()
             return prompt
 
-        prepare = rig.host._prepare_call
+        async def timed_turn(*args: Any, **kwargs: Any) -> Any:
+            steps = len(whole)
+            since[0] = time.perf_counter()
+            try:
+                return await run_turn(*args, **kwargs)
+            finally:
+                if len(whole) > steps:  # the turn's tail goes to its last model call
+                    whole[-1] += time.perf_counter() - since[0]
+
+        prepare, run_turn = rig.host._prepare_call, rig.host.run_turn
         rig.host._prepare_call = new_step
+        rig.host.run_turn = timed_turn
         try:
             run = await replay_through_host(rig, conversation, conversation.name)
             await rig.drain()
         finally:
             await rig.close()
     run.name = label
-    run.step_times = own
+    run.step_times = whole
     run.waited = [n > 0 for n in blocking]
     run.extra["host_path_times"] = times
+    run.extra["plugin_times"] = own
+    run.extra["budget"] = budget
     run.summarizer_calls, run.summarizer_input_tokens = (
         summarizer_stats(llm).calls,
         summarizer_stats(llm).input_tokens,
@@ -482,11 +501,12 @@ def aggregate(runs: list[SystemRun], conv_tokens: int) -> dict[str, Any]:
     times = [t for r in runs for t in r.step_times]
     turn, wait = split_steps(times, [w for r in runs for w in r.waited])
     host = [t for r in runs for t in r.extra.get("host_path_times", ())]
+    own = [t for r in runs for t in r.extra.get("plugin_times", ())]
     return {
         "steps": len(steps),
         "mean": mean([s.tokens for s in steps]),
         "max": max(s.tokens for s in steps),
-        "over": sum(1 for s in steps if s.tokens > BUDGET),
+        "over": sum(1 for r in runs for s in r.steps if s.tokens > r.extra["budget"]),
         "calls": sum(r.summarizer_calls for r in runs),
         "input_ratio": sum(r.summarizer_input_tokens for r in runs) / conv_tokens,
         "verbatim": mean([s.verbatim for s in steps]),
@@ -501,6 +521,8 @@ def aggregate(runs: list[SystemRun], conv_tokens: int) -> dict[str, Any]:
         "wait_max_us": us(max(wait)) if wait else None,
         "host_p50_us": us(percentile(host, 50)) if host else None,
         "host_p99_us": us(percentile(host, 99)) if host else None,
+        "plugin_p50_us": us(percentile(own, 50)) if own else None,
+        "plugin_p99_us": us(percentile(own, 99)) if own else None,
         "violations": sum(s.violations for s in steps),
     }
 
@@ -525,7 +547,8 @@ TIME_COLUMNS = [
     "steps waiting on a compression",
     "per-turn cost: steps not waiting, p50 / mean / p99 (us)",
     "a waiting step: mean / max (us)",
-    "host path p50 / p99 (us)",
+    "ours: the plugin's own code p50 / p99 (us)",
+    "ours: plugin + host dispatch p50 / p99 (us)",
 ]
 
 VERDICT_COLUMNS = [
@@ -545,12 +568,58 @@ VERDICT_COLUMNS = [
 ]
 
 
+TURN_COLUMNS = [
+    "data set",
+    "model calls",
+    "ours",
+    "ours: whole turn p50 / p99",
+    "middleware p50 / p99",
+    "p50 at or below",
+    "p99 at or below",
+    "ours: blocking compressions (steps), mean / max",
+    "middleware: summarizing steps, mean / max",
+]
+
+
+def turn_row(ours: dict[str, Any], peer: dict[str, Any]) -> list[Any]:
+    """The whole-turn columns of one of our rows against the middleware's."""
+    return [
+        slash(ours["turn_p50_us"], ours["turn_p99_us"]),
+        slash(peer["turn_p50_us"], peer["turn_p99_us"]),
+        "yes" if ours["turn_p50_us"] <= peer["turn_p50_us"] else "no",
+        "yes" if ours["turn_p99_us"] <= peer["turn_p99_us"] else "no",
+        f"{ours['blocked']}, {slash(ours['wait_mean_us'], ours['wait_max_us'])}",
+        f"{peer['blocked']}, {slash(peer['wait_mean_us'], peer['wait_max_us'])}",
+    ]
+
+
+def fixed_tokens(conversation: Conversation, counter: TokenCounter) -> int:
+    """Tokens of the system prompt every system sends whole: the host's own plus the
+    conversation's system messages (tau-bench's policy), as the peers get it."""
+    system_text, _ = split_system(conversation)
+    return counter.stored({"role": "system", "content": system_text})
+
+
+def optional(a: dict[str, Any], key: str) -> str:
+    """``p50 / p99`` of one of our extra timings, ``-`` for a peer."""
+    if a[f"{key}_p50_us"] is None:
+        return "-"
+    return slash(a[f"{key}_p50_us"], a[f"{key}_p99_us"])
+
+
 def slash(*values: float | None) -> str:
     return " / ".join("-" if v is None else fmt(v) for v in values)
 
 
 async def main() -> None:
     p = parser(__doc__.splitlines()[0])
+    p.add_argument(
+        "--history-budget",
+        type=int,
+        default=1000,
+        help="tau-bench again with this many tokens for the history beyond the system prompt "
+        "(default 1000: the hard watermark fires on most tool results)",
+    )
     p.add_argument(
         "--model-latency-ms",
         type=float,
@@ -566,47 +635,70 @@ async def main() -> None:
     v = versions(PEER_PACKAGES)
     print_versions(v)
     started = time.perf_counter()
-    counter = TokenCounter()
-    datasets: dict[str, list[Conversation]] = {
-        "LoCoMo": load_locomo(locomo_path),
-        "tau-bench": load_tau_bench(tau_path),
-    }
+    counter = TokenCounter(cached=False)
+    locomo, tau = load_locomo(locomo_path), load_tau_bench(tau_path)
     if args.quick:
-        datasets = {
-            "LoCoMo": [Conversation(c.name, c.messages[:160]) for c in datasets["LoCoMo"][:1]],
-            "tau-bench": datasets["tau-bench"][:5],
-        }
+        locomo, tau = [Conversation(c.name, c.messages[:160]) for c in locomo[:1]], tau[:5]
+    history = args.history_budget
+    #: (label, conversations, prompt budget of a conversation, the full set of systems?)
+    cases: list[tuple[str, list[Conversation], Any, bool]] = [
+        ("LoCoMo", locomo, lambda c: BUDGET, True),
+        ("tau-bench", tau, lambda c: BUDGET, True),
+        (
+            f"tau-bench, {history:,}-token history",
+            tau,
+            lambda c: fixed_tokens(c, counter) + history,
+            False,
+        ),
+    ]
     latency = args.model_latency_ms / 1000
-    ours: dict[str, tuple[dict[str, Any], float]] = {
-        f"ours: {RECOMMENDED}": (SETTINGS[RECOMMENDED], latency),
-        f"ours: {DEFAULT}": (SETTINGS[DEFAULT], latency),
+    ours: dict[str, tuple[dict[str, Any], float, str | None]] = {
+        f"ours: {RECOMMENDED}": (SETTINGS[RECOMMENDED], latency, None),
+        f"ours: {RECOMMENDED}, in-memory store": (SETTINGS[RECOMMENDED], latency, "memory://"),
     }
+    if DEFAULT != RECOMMENDED:
+        ours[f"ours: {DEFAULT}"] = (SETTINGS[DEFAULT], latency, None)
     if latency:
-        ours[f"ours: {RECOMMENDED}, instant model calls"] = (SETTINGS[RECOMMENDED], 0.0)
-    table = Table(f"Side by side at a {BUDGET}-token budget: tokens", COLUMNS)
+        ours[f"ours: {RECOMMENDED}, instant model calls"] = (SETTINGS[RECOMMENDED], 0.0, None)
+    table = Table(
+        f"Side by side at a {BUDGET:,}-token prompt budget (tau-bench also at a "
+        f"{history:,}-token history budget: the system prompt plus {history:,}): tokens",
+        COLUMNS,
+    )
     timing = Table(
-        "Time per step (the memory component's own code; a summarizer call inline included)",
+        "Time per step: ours = the whole host turn around each model call (store appends, "
+        "snapshot, prompt build, hooks and signals, the plugin; not the model); the peers = "
+        "their call (a summarizer call inline included)",
         TIME_COLUMNS,
     )
     results: dict[str, dict[str, dict[str, Any]]] = {}
-    for name, conversations in datasets.items():
+    for name, conversations, budget_of, full in cases:
         conv_tokens = sum(conversation_tokens(c, counter) for c in conversations)
+        budgets = [budget_of(c) for c in conversations]
         runs: dict[str, list[SystemRun]] = {}
-        for label, (config, wait) in ours.items():
+        for label, (config, wait, memory) in ours.items():
+            if not full and (wait != latency or not label.startswith(f"ours: {RECOMMENDED}")):
+                continue
             progress(f"{name}: {label}")
             runs[label] = [
-                await run_ours(c, config, counter, label, model_latency_s=wait)
-                for c in conversations
+                await run_ours(
+                    c, config, counter, label, model_latency_s=wait, budget=b, memory=memory
+                )
+                for c, b in zip(conversations, budgets, strict=True)
             ]
-        for wait in regimes(latency):
+        for wait in regimes(latency) if full else (latency,):
             suffix = ", instant model calls" if wait != latency else ""
             progress(f"{name}: LangChain{suffix}")
             runs[f"{LANGCHAIN} (keep {KEEP_MESSAGES} msgs){suffix}"] = [
-                run_langchain(lc, c, counter, model_latency_s=wait) for c in conversations
+                run_langchain(lc, c, counter, model_latency_s=wait, budget=b)
+                for c, b in zip(conversations, budgets, strict=True)
             ]
+            if not full:
+                continue
             progress(f"{name}: LangMem{suffix}")
             runs[f"{LANGMEM} (max_summary_tokens {LANGMEM_SUMMARY_TOKENS}){suffix}"] = [
-                run_langmem(lc, c, counter, model_latency_s=wait) for c in conversations
+                run_langmem(lc, c, counter, model_latency_s=wait, budget=b)
+                for c, b in zip(conversations, budgets, strict=True)
             ]
         results[name] = {}
         for label, rs in runs.items():
@@ -631,8 +723,13 @@ async def main() -> None:
                 a["blocked"],
                 slash(a["turn_p50_us"], a["turn_mean_us"], a["turn_p99_us"]),
                 slash(a["wait_mean_us"], a["wait_max_us"]),
+                "-"
+                if a["plugin_p50_us"] is None
+                else slash(a["plugin_p50_us"], a["plugin_p99_us"]),
                 "-" if a["host_p50_us"] is None else slash(a["host_p50_us"], a["host_p99_us"]),
             )
+        if not full:
+            continue
         window = [baseline_runs(c, counter)[1] for c in conversations]
         steps = [x for r in window for x in r.steps]
         table.add(
@@ -648,6 +745,25 @@ async def main() -> None:
             sum(x.violations for x in steps),
         )
 
+    turn_table = Table(
+        "The whole host turn against LangChain SummarizationMiddleware.before_model on the same "
+        "steps (us): steps that wait for no summarizer; the waiting ones counted and timed apart",
+        TURN_COLUMNS,
+    )
+    for name, by in results.items():
+        for wait in regimes(latency):
+            suffix = ", instant model calls" if wait != latency else ""
+            peer = by.get(f"{LANGCHAIN} (keep {KEEP_MESSAGES} msgs){suffix}")
+            if peer is None:
+                continue
+            regime = f"{wait * 1000:g} ms" if wait else "instant"
+            for label, a in by.items():
+                if not label.startswith(f"ours: {RECOMMENDED}") or (
+                    label.endswith(", instant model calls") != bool(suffix)
+                ):
+                    continue
+                turn_table.add(name, regime, label.removeprefix("ours: "), *turn_row(a, peer))
+
     verdict = Table(
         "Against each peer (ours = the recommended setting): is ours at least as good on each "
         "column?",
@@ -656,7 +772,9 @@ async def main() -> None:
     for name, by in results.items():
         for wait in regimes(latency):
             suffix = ", instant model calls" if wait != latency else ""
-            o = by[f"ours: {RECOMMENDED}{suffix}"]
+            o = by.get(f"ours: {RECOMMENDED}{suffix}")
+            if o is None:
+                continue
             for label, a in by.items():
                 if label.startswith("ours") or not label.endswith(f"){suffix}"):
                     continue
@@ -670,20 +788,28 @@ async def main() -> None:
         "reserve_for_reply 0. LangChain: trigger=('tokens', 4000 - system prompt tokens), "
         f"keep=('messages', {KEEP_MESSAGES}), the system prompt outside the state (as create_agent "
         f"has it). LangMem: max_tokens={BUDGET}, max_summary_tokens={LANGMEM_SUMMARY_TOKENS}, the "
-        "system prompt as its first message.",
-        "Same token counter everywhere (tiktoken cl100k_base, OpenAI chat formula, each message "
-        "counted once); same fake instant summarizer answering ~300 tokens (extractive).",
+        f"system prompt as its first message. The {history:,}-token history rows: the prompt "
+        f"budget of each conversation is its system prompt's tokens plus {history:,} (ours: the "
+        "host's context_window; LangChain: the trigger; only ours recommended, on SQLite and "
+        "in memory, and LangChain, with the given model calls).",
+        "Same token counter everywhere, caching nothing (tiktoken cl100k_base, OpenAI chat "
+        "formula; every count encodes): the host counts a message once, when it stores it, and "
+        "the prompt's other parts when it builds it; the middleware and LangMem count the "
+        "messages they are given at every call, as they do with any counter. Same fake instant "
+        "summarizer answering ~300 tokens (extractive).",
         "tau-bench trajectories have a ~1,260-token policy system message: it is core memory for "
         "every system (never summarized).",
         "The sliding-window row is a reference floor for budget adherence (newest messages that "
         "fit, tool groups whole), not a peer.",
         "Per-step time: peers = the middleware / function call, summarizer call included (they "
-        "summarize inline); ours = the time inside the plugin's own receivers and hooks on the "
-        "turn path (turn-end handler, token:usage receiver, contribution, before_model_call: a "
-        "blocking compression included; background compressions run off the turn, but share "
-        "the event loop, so their work between awaits is counted where a timed call waits). "
-        "'Host path' adds the host's signal and hook dispatch around them (the host sends these "
-        "signals with or without the plugin).",
+        "summarize inline); ours = the whole host turn around each model call (what an agent "
+        "waits for): from the end of the previous model call, or the turn's start, until the "
+        "prompt is ready, plus, for a turn's last call, the rest of the turn (the reply's "
+        "append, agent:turn:after): the store appends, the snapshot, the prompt build, every "
+        "hook and signal and the plugin's work (a blocking compression included; background "
+        "compressions run off the turn, but share the event loop, so their work between awaits "
+        "is counted where a timed step waits). Two more figures of ours: the time inside the "
+        "plugin's own receivers and hooks, and that plus the host's dispatch of them.",
         f"Model calls: in our host each recorded model call lasts {args.model_latency_ms:g} ms "
         "(a floor: real calls take 0.3-30 s), which is when our background compressions run; "
         "the row 'instant model calls' has none, so a background run started on one step is "
@@ -710,11 +836,12 @@ async def main() -> None:
     write_results(
         "peers",
         "Side by side with LangChain v1 SummarizationMiddleware and LangMem",
-        [table, timing, verdict],
+        [table, timing, turn_table, verdict],
         out=out,
         versions_used=v,
         settings={
             "budget": BUDGET,
+            "history_budget": history,
             "keep_messages": KEEP_MESSAGES,
             "model_latency_ms": args.model_latency_ms,
             "quick": args.quick,

@@ -53,7 +53,7 @@ from common import (  # noqa: E402
 )
 
 from host_stub.datasets import load_locomo  # noqa: E402
-from host_stub.memory import _search, open_memory  # noqa: E402
+from host_stub.memory import open_memory, search_plan  # noqa: E402
 from host_stub.messages import Message  # noqa: E402
 from host_stub.services import MemoryService  # noqa: E402
 
@@ -275,11 +275,11 @@ class exhaustive:  # noqa: N801 - a context manager used like a function
     """Searches read every posting and score every candidate while inside."""
 
     def __enter__(self) -> None:
-        self.saved = (_search.MAX_POSTINGS, _search.RESCORE)
-        _search.MAX_POSTINGS = _search.RESCORE = 10**12
+        self.saved = (search_plan.MAX_POSTINGS, search_plan.RESCORE)
+        search_plan.MAX_POSTINGS = search_plan.RESCORE = 10**12
 
     def __exit__(self, *exc: object) -> None:
-        _search.MAX_POSTINGS, _search.RESCORE = self.saved
+        search_plan.MAX_POSTINGS, search_plan.RESCORE = self.saved
 
 
 async def scale(
@@ -550,9 +550,9 @@ async def main() -> None:
         "FTS5 tables and the term counts (dbstat), PostgreSQL the search_docs table (its GIN "
         "and primary-key indexes included) and the term counts, Redis the memory of the index "
         "keys.",
-        f"Search limits: at most {_search.MAX_POSTINGS:,} postings read, {_search.RESCORE} "
-        f"candidates scored in full, {_search.MAX_PROBES} terms probed (host_stub/memory/"
-        "_search.py).",
+        f"Search limits: at most {search_plan.MAX_POSTINGS:,} postings read, {search_plan.RESCORE} "
+        f"candidates scored in full, {search_plan.MAX_PROBES} terms probed (host_stub/memory/"
+        "search_plan.py).",
     ]
     tables = (
         [retrieval, categories, latency, writing]

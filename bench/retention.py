@@ -576,6 +576,46 @@ async def main() -> None:
         done,
     )
 
+    # The same chat on every slice of 25 trajectories: data the defaults were not tuned on.
+    slices = Table(
+        "tau-bench airline: every slice of 25 trajectories back to back as one long tool chat "
+        "(shipped defaults); the first slice is the chat above",
+        [
+            "trajectories",
+            "ids archived",
+            "ids kept",
+            "share kept",
+            "tool-pair violations",
+            "calls over budget",
+            "compressions",
+        ],
+    )
+    pooled = [0, 0]
+    for start in range(0, len(trajectories), 25):
+        part = trajectories[start : start + 25]
+        progress(f"tau-bench long chat: trajectories {start}-{start + len(part)}")
+        seen, kept_ids, bad, over, done, _ = await tau_long_chat(part, settings[DEFAULT], counter)
+        pooled[0] += seen
+        pooled[1] += kept_ids
+        slices.add(
+            f"{start}-{start + len(part)}",
+            seen,
+            kept_ids,
+            round(kept_ids / seen, 3) if seen else "-",
+            bad,
+            over,
+            done,
+        )
+    slices.add(
+        "all slices (pooled)",
+        pooled[0],
+        pooled[1],
+        round(pooled[1] / pooled[0], 3) if pooled[0] else "-",
+        "-",
+        "-",
+        "-",
+    )
+
     none, window, _ = baseline_runs(tau_chain(chain), counter)
     calls["tau-long", "sliding window"].append(window)
     calls["tau-long", "no compression"].append(none)
@@ -666,7 +706,17 @@ async def main() -> None:
     write_results(
         "retention",
         "Fact retention, rules summarizer, 4,000-token budget",
-        [locomo_table, sweep, sizes, tau_table, long_table, reuse_table, change_table, block_table],
+        [
+            locomo_table,
+            sweep,
+            sizes,
+            tau_table,
+            long_table,
+            slices,
+            reuse_table,
+            change_table,
+            block_table,
+        ],
         out=out,
         versions_used=v,
         settings={"budget": BUDGET, "engine": "rules", "quick": args.quick},

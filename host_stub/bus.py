@@ -28,7 +28,8 @@ async def await_me_maybe(value: Any) -> Any:
 
 
 class EventBus:
-    """Signals by name. Receivers are called ``receiver(sender, **payload)``; async ones are
+    """Signals by name. Receivers are called ``receiver(sender, **payload)``, or, connected with
+    ``typed=True``, ``receiver(sender, payload)`` with the signal's payload model; async ones are
     awaited one after another, sync ones wrapped. A receiver that raises is logged and the others
     still run. Unknown names are refused at connect and at send."""
 
@@ -44,11 +45,14 @@ class EventBus:
             raise UnknownSignalError(f"unknown signal {name!r}; known: {', '.join(PAYLOADS)}")
         return self._namespace.signal(name)
 
-    def connect(self, name: str, receiver: Callable[..., Any]) -> None:
+    def connect(self, name: str, receiver: Callable[..., Any], *, typed: bool = False) -> None:
         signal = self._signal(name)
+        model = PAYLOADS[name]
 
         async def isolated(sender: Any, **payload: Any) -> Any:
             try:
+                if typed:  # validated by send already: built again without a second check
+                    return await await_me_maybe(receiver(sender, model.model_construct(**payload)))
                 return await await_me_maybe(receiver(sender, **payload))
             except Exception:
                 log.exception("receiver %r of %s failed", receiver, name)

@@ -315,14 +315,16 @@ def _check_models(config: HostConfig, *, chat: bool) -> None:
     the chat model; without a plugin that calls one, the host's model): one clear line now
     instead of a failure later. litellm must know the provider; a provider that needs an API
     key must have it, except behind an ``api_base`` (a local server that checks no key): there
-    the host sends the placeholder key :data:`NO_KEY` (set in ``config``); an ``api_base`` must
-    accept connections."""
+    the host sends the placeholder key :data:`~host_stub.llm.NO_KEY` (set in
+    ``config``); an ``api_base`` must accept connections."""
     called = plugin_models(config)
-    wanted = [config.host.model, *called] if chat else (called or [config.host.model])
+    wanted: list[str | None] = (
+        [config.host.model, *called] if chat else [*called] or [config.host.model]
+    )
     models = [m for m in dict.fromkeys(wanted) if m]
     if not models:
         return
-    from .llm import ensure_litellm
+    from .llm import NO_KEY, ensure_litellm, missing_api_key
 
     litellm = ensure_litellm()
     api_base = config.host.api_base
@@ -337,16 +339,8 @@ def _check_models(config: HostConfig, *, chat: bool) -> None:
             ) from None
         if config.host.api_key:
             continue
-        try:
-            env = litellm.validate_environment(model=model, api_base=api_base)
-        except Exception:  # litellm could not tell: let the first call say it
-            continue
-        missing = list(env.get("missing_keys") or [])
-        if (
-            not env.get("keys_in_environment")
-            and missing
-            and all(k.endswith("_API_KEY") for k in missing)
-        ):
+        missing = missing_api_key(litellm, model, api_base)
+        if missing:
             if api_base:
                 config.host.api_key = NO_KEY
                 continue
@@ -357,11 +351,6 @@ def _check_models(config: HostConfig, *, chat: bool) -> None:
             )
     if api_base:
         _check_reachable(api_base)
-
-
-#: The API key sent to an ``--api-base`` server when none is set: a server that checks no key
-#: accepts it; one that does answers 401, which is reported in one line.
-NO_KEY = "no-key"
 
 
 def _check_reachable(url: str) -> None:
@@ -745,7 +734,7 @@ def search_snippet(text: str, query: str, width: int = 160) -> str:
 
 def search_item(hit: SearchHit) -> dict[str, Any]:
     """One match as ``search --json`` prints it."""
-    from .memory._search import search_text
+    from .memory.search_plan import search_text
 
     message = hit.message
     return {
@@ -760,7 +749,7 @@ def search_item(hit: SearchHit) -> dict[str, Any]:
 
 def search_line(hit: SearchHit, query: str) -> str:
     """``#12 user, archived, 2025-04-03 09:30: ...the snippet...``"""
-    from .memory._search import search_text
+    from .memory.search_plan import search_text
 
     message = hit.message
     status = "active" if message.archived is None else "archived"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .messages import Message
+from .messages import Message, Role
 
 __all__ = ["Conversation", "load_locomo", "load_tau_bench", "tau_action_identifiers"]
 
@@ -71,7 +71,7 @@ def load_locomo(path: str | Path) -> list[Conversation]:
     """LoCoMo conversations as chats: speaker_a is the user, speaker_b the assistant, each turn
     prefixed with its session date and speaker."""
     data = json.loads(Path(path).read_text(encoding="utf-8"))
-    out = []
+    out: list[Conversation] = []
     for item in data:
         conv = item["conversation"]
         a, b = conv["speaker_a"], conv["speaker_b"]
@@ -81,7 +81,7 @@ def load_locomo(path: str | Path) -> list[Conversation]:
         while f"session_{n}" in conv:
             date = conv.get(f"session_{n}_date_time", "")
             for turn in conv[f"session_{n}"]:
-                role = "user" if turn["speaker"] == a else "assistant"
+                role: Role = "user" if turn["speaker"] == a else "assistant"
                 text = f"[{date}] {turn['speaker']}: {turn['text']}"
                 if turn.get("blip_caption"):
                     text += f" [shares a photo: {turn['blip_caption']}]"

@@ -1,8 +1,8 @@
-"""Render the README's contract and config tables from the code, so they cannot drift.
+"""Render the docs' contract and config tables from the code, so they cannot drift.
 
-``python -m host_stub.docgen README.md`` rewrites every block between
+``python -m host_stub.docgen README.md docs/*.md`` rewrites every block between
 ``<!-- BEGIN GENERATED: <section> -->`` and ``<!-- END GENERATED: <section> -->`` in place;
-with ``--check`` it changes nothing and exits 1 when the file is out of date. The host's own
+with ``--check`` it changes nothing and exits 1 when a file is out of date. The host's own
 sections are ``hooks``, ``signals`` and ``services``; the installed plugins add theirs through the
 ``docs_sections`` hook (a plugin's config table, say), rendered here whatever the plugin is.
 
@@ -397,7 +397,7 @@ def plugin_sections() -> dict[str, hookspecs.DocsSection]:
     return found
 
 
-# -- the README --------------------------------------------------------------------------------
+# -- the docs ----------------------------------------------------------------------------------
 #: The host's own sections.
 SECTIONS: dict[str, Callable[[], str]] = {
     "hooks": render_hooks,
@@ -445,28 +445,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m host_stub.docgen", description=(__doc__ or "").split("\n\n")[0]
     )
-    parser.add_argument("file", type=Path, help="Markdown file with GENERATED markers")
+    parser.add_argument("files", type=Path, nargs="+", help="Markdown files with GENERATED markers")
     parser.add_argument(
-        "--check", action="store_true", help="change nothing; exit 1 if the file is out of date"
+        "--check", action="store_true", help="change nothing; exit 1 if a file is out of date"
     )
     args = parser.parse_args(argv)
-    try:
-        text = args.file.read_text(encoding="utf-8")
-        rendered = render_readme(text)
-    except (OSError, ValueError) as exc:
-        print(f"docgen: error: {args.file}: {exc}", file=sys.stderr)
-        return 2
-    if rendered == text:
-        return 0
-    if args.check:
-        print(
-            f"docgen: {args.file} is out of date; run: python -m host_stub.docgen {args.file}",
-            file=sys.stderr,
-        )
-        return 1
-    args.file.write_text(rendered, encoding="utf-8")
-    print(f"docgen: rewrote {args.file}")
-    return 0
+    status = 0
+    for path in args.files:
+        try:
+            text = path.read_text(encoding="utf-8")
+            rendered = render_readme(text)
+        except (OSError, ValueError) as exc:
+            print(f"docgen: error: {path}: {exc}", file=sys.stderr)
+            return 2
+        if rendered == text:
+            continue
+        if args.check:
+            print(
+                f"docgen: {path} is out of date; run: python -m host_stub.docgen {path}",
+                file=sys.stderr,
+            )
+            status = 1
+            continue
+        path.write_text(rendered, encoding="utf-8")
+        print(f"docgen: rewrote {path}")
+    return status
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -6,16 +6,29 @@ name: that is how a plugin asks for services). Plain ``def`` or ``async def`` bo
 awaits what is awaitable. Mark implementations with :data:`hookimpl`.
 """
 
+# Specs are bodies without code (a docstring): their return annotations document the contract.
+# mypy: disable-error-code="empty-body"
+
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any, Literal
 
 import pluggy
 from pydantic import BaseModel, ConfigDict
 
 from .messages import Message
-from .services import MetadataEntry
+from .services import (
+    HostProtocol,
+    LLMService,
+    MemoryService,
+    MessageArchiveService,
+    MetadataEntry,
+)
+
+if TYPE_CHECKING:  # the CLI's library loads with the CLI, not with the contract
+    import click
 
 PROJECT = "host_stub"
 #: Entry-point group a plugin registers itself in; the entry point names a factory.
@@ -116,7 +129,13 @@ class DocsSection(BaseModel):
 
 
 @hookspec
-def startup(host: Any, config: Any, memory: Any, llm: Any, message_archive: Any) -> None:
+def startup(
+    host: HostProtocol,
+    config: BaseModel | None,
+    memory: MemoryService,
+    llm: LLMService,
+    message_archive: MessageArchiveService | None,
+) -> None:
     """Start the plugin with its validated config and the services it names; may be async."""
 
 
@@ -126,8 +145,12 @@ def plugin_config_schema() -> type[BaseModel]:
 
 
 @hookspec
-def register_commands(cli: Any, open_host: Any) -> None:
-    """Add click commands to ``cli``; ``open_host()`` is an async context manager for a host."""
+def register_commands(
+    cli: click.Group,
+    open_host: Callable[..., AbstractAsyncContextManager[HostProtocol]],
+) -> None:
+    """Add click commands to ``cli``; ``open_host(ctx)`` (the command's click context) is an
+    async context manager for a host built from the host options."""
 
 
 @hookspec

@@ -26,9 +26,11 @@ from .prompt import (
     apply_replacements,
     assemble_prompt,
     history_breakdown,
+    known_counts,
     prefix_reuse,
     sanitize_tool_pairs,
     shared_messages,
+    wire_key,
 )
 from .services import LLMService, MemoryService, Snapshot
 from .session_ids import check_session_id
@@ -481,10 +483,18 @@ class Host:
             reused = None
         else:
             same = shared_messages(last.messages, prompt)
-            tokens = [*last.tokens[:same], *(self._count_wire(m) for m in prompt[same:])]
+            known = known_counts(last.messages[same:], last.tokens[same:])
+            tokens = [*last.tokens[:same], *(self._known_or_count(m, known) for m in prompt[same:])]
             reused = prefix_reuse(last.messages, prompt, self._count_wire, tokens=tokens).reused
         update = {"message_tokens": sum(tokens), "reused_tokens": reused, "rebuilt": rebuilt}
         return usage.model_copy(update=update), tokens
+
+    def _known_or_count(self, message: Mapping[str, Any], known: Mapping[Any, int]) -> int:
+        """A message the last prompt also sent (at another place: the history moved after a
+        compression or a trim) has the count it had there; any other is counted."""
+        key = wire_key(message)
+        found = known.get(key) if key is not None else None
+        return found if found is not None else self._count_wire(message)
 
     def _remember_sent(
         self, session_id: str, prompt: list[dict[str, Any]], tokens: list[int]
@@ -643,9 +653,9 @@ class Host:
                 prompt, model=self.model, max_tokens=max_tokens, tools=tools
             )
         final = None
-        async for item in self.llm.stream(
-            prompt, model=self.model, max_tokens=max_tokens, tools=tools
-        ):  # type: ignore[attr-defined]
+        # The host's own LLM service streams; the plugin-facing Protocol needs only complete().
+        stream_call = self.llm.stream  # type: ignore[attr-defined]
+        async for item in stream_call(prompt, model=self.model, max_tokens=max_tokens, tools=tools):
             if isinstance(item, str):
                 if on_delta is not None:
                     await await_me_maybe(on_delta(item))

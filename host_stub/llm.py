@@ -41,7 +41,14 @@ from .calibration import Calibration
 from .messages import Message, text_of
 from .services import Completion, LLMUsage
 
-__all__ = ["LiteLLMService", "ModelOverride", "ReplyTooLongError", "ensure_litellm"]
+__all__ = [
+    "NO_KEY",
+    "LiteLLMService",
+    "ModelOverride",
+    "ReplyTooLongError",
+    "ensure_litellm",
+    "missing_api_key",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +67,24 @@ _GUARD_GRACE_S = 1.0
 #: Longest reply text accepted by default: far beyond any model's output limit (about 128k
 #: tokens, some 500,000 characters), so only a faulty or hostile server reaches it.
 DEFAULT_MAX_REPLY_CHARS = 1_000_000
+
+
+#: The API key sent to an ``api_base`` server when none is set: a server that checks no key
+#: accepts it; one that does answers 401, which is reported in one line.
+NO_KEY = "no-key"
+
+
+def missing_api_key(litellm: ModuleType, model: str, api_base: str | None) -> list[str]:
+    """The environment variables holding an API key that ``model``'s provider wants and that are
+    not set (empty when none is missing, or when litellm cannot tell)."""
+    try:
+        env = litellm.validate_environment(model=model, api_base=api_base)
+    except Exception:  # litellm could not tell: let the first call say it
+        return []
+    missing = list(env.get("missing_keys") or [])
+    if env.get("keys_in_environment") or not all(k.endswith("_API_KEY") for k in missing):
+        return []
+    return missing
 
 
 class ReplyTooLongError(ValueError):
@@ -227,6 +252,7 @@ class LiteLLMService:
         #: Only for tests and demos: litellm answers with this text without any HTTP call.
         self.mock_response = mock_response
         self._info_cache: dict[str, tuple[int | None, int | None]] = {}
+        self._placeholder_keys: dict[str, str | None] = {}
         #: Windows the server itself reported (llama.cpp ``/props``, vLLM ``/v1/models``).
         self.server_windows: dict[str, int] = {}
         #: Provider tokens per counted token, per model (see :mod:`host_stub.calibration`).
@@ -263,8 +289,9 @@ class LiteLLMService:
         }
         if self.api_base:
             kwargs["api_base"] = self.api_base
-        if self.api_key:
-            kwargs["api_key"] = self.api_key
+        api_key = self.api_key or self._placeholder_key(model)
+        if api_key:
+            kwargs["api_key"] = api_key
         if max_tokens is not None:
             kwargs["max_tokens"] = max_tokens
         if temperature is not None:
@@ -274,6 +301,17 @@ class LiteLLMService:
         if self.mock_response is not None:
             kwargs["mock_response"] = self.mock_response
         return kwargs
+
+    def _placeholder_key(self, model: str) -> str | None:
+        """:data:`NO_KEY` for a model behind ``api_base`` whose provider wants an API key that
+        is not set (a local server checks none; one that does answers 401); else ``None``."""
+        if not self.api_base or self.mock_response is not None:
+            return None
+        if model not in self._placeholder_keys:
+            self._placeholder_keys[model] = (
+                NO_KEY if missing_api_key(ensure_litellm(), model, self.api_base) else None
+            )
+        return self._placeholder_keys[model]
 
     def _guard(self, timeout: float) -> float:
         """Outer bound for one call: every attempt litellm may make, plus a grace period."""

@@ -7,7 +7,7 @@ import logging
 import tomllib
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, cast
 
 import pluggy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -34,6 +34,7 @@ class PluginManifest(BaseModel):
 
     name: str
     description: str = ""
+    #: Unset: the version of the distribution that registers the plugin's entry point.
     version: str = ""
     requires: list[str] = Field(default_factory=list)
     optional: list[str] = Field(default_factory=list)
@@ -78,6 +79,19 @@ def read_manifest(module_name: str) -> tuple[PluginManifest | None, str]:
         raise ConfigError(one_line_error(source, exc, "plugin")) from None
 
 
+_installed: list[Any] | None = None
+
+
+def installed_plugins() -> list[Any]:
+    """The entry points of the installed plugins, read once per process: every scan of the
+    installed distributions costs milliseconds, and a command builds a plugin manager up to four
+    times (its commands, the config checks, the models it calls, the host)."""
+    global _installed
+    if _installed is None:
+        _installed = list(entry_points(group=hookspecs.ENTRY_POINT_GROUP))
+    return _installed
+
+
 def get_plugin_manager(
     config: HostConfig,
     extra_plugins: list[tuple[str, Any]] | None = None,
@@ -89,7 +103,7 @@ def get_plugin_manager(
     pm.add_hookspecs(hookspecs)
     loaded: dict[str, LoadedPlugin] = {}
     allow, deny = config.plugins.allow, set(config.plugins.deny)
-    for ep in entry_points(group=hookspecs.ENTRY_POINT_GROUP):
+    for ep in installed_plugins():
         if ep.name in deny or (allow is not None and ep.name not in allow):
             continue
         try:
@@ -98,6 +112,8 @@ def get_plugin_manager(
         except Exception as exc:
             raise ConfigError(f"plugin {ep.name!r} ({ep.value}) failed to load: {exc}") from exc
         manifest, source = read_manifest(ep.module)
+        if manifest is not None and not manifest.version and ep.dist is not None:
+            manifest = manifest.model_copy(update={"version": ep.dist.version})
         pm.register(plugin, name=ep.name)
         loaded[ep.name] = LoadedPlugin(ep.name, plugin, manifest, source)
     for name, plugin in extra_plugins or []:
@@ -134,7 +150,7 @@ def plugin_config(
         if overrides:
             raise ConfigError(f"{config.source}: plugin.{loaded.name}: plugin takes no config")
         return None
-    schema: type[BaseModel] = impls[0].function()
+    schema = cast(type[BaseModel], impls[0].function())
     defaults = loaded.manifest.config if loaded.manifest else {}
     try:
         schema.model_validate(defaults)

@@ -17,10 +17,12 @@ __all__ = [
     "assemble_prompt",
     "dedupe_contributions",
     "history_breakdown",
+    "known_counts",
     "prefix_reuse",
     "reuse_shares",
     "sanitize_tool_pairs",
     "shared_messages",
+    "wire_key",
 ]
 
 HEAD_ANCHORS = ("identity", "knowledge", "context")
@@ -184,6 +186,27 @@ def shared_messages(
             break
         same += 1
     return same
+
+
+def wire_key(message: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """A hashable form of an OpenAI-format message whose values are all plain (text content, no
+    tool calls); ``None`` for one with lists (content parts, tool calls)."""
+    key = tuple(message.items())
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def known_counts(messages: Sequence[Mapping[str, Any]], tokens: Sequence[int]) -> dict[Any, int]:
+    """``wire_key`` -> tokens of the plain messages of a prompt already counted."""
+    out: dict[Any, int] = {}
+    for message, n in zip(messages, tokens, strict=True):
+        key = wire_key(message)
+        if key is not None:
+            out[key] = n
+    return out
 
 
 def prefix_reuse(

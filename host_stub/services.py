@@ -323,8 +323,9 @@ class MessageArchiveService(Protocol):
 class EventBusProtocol(Protocol):
     """The host's signal bus (see :mod:`host_stub.signals` for the names and payloads)."""
 
-    def connect(self, name: str, receiver: Any) -> None:
-        """Call ``receiver(sender, **payload)`` on every ``name`` signal."""
+    def connect(self, name: str, receiver: Any, *, typed: bool = False) -> None:
+        """Call ``receiver(sender, **payload)`` on every ``name`` signal; with ``typed``,
+        ``receiver(sender, payload)``, the payload's model of :mod:`host_stub.signals`."""
         ...
 
     def disconnect(self, name: str, receiver: Any) -> None:

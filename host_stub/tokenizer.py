@@ -16,7 +16,8 @@ Message content that is not text (images, files) returns ``None`` from :func:`co
 and the caller asks litellm.
 
 Model windows come from litellm's bundled price / context-window file
-(``model_prices_and_context_window_backup.json``), read once on first use (:func:`catalog_limits`).
+(``model_prices_and_context_window_backup.json``), read once on first use (:func:`catalog_limits`);
+the fields the host reads are cached beside the encodings.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ __all__ = [
     "count_messages",
     "count_text",
     "encoding_name_for",
+    "get_encoding",
+    "litellm_dir",
+    "read_catalog",
+    "read_spec",
 ]
 
 DEFAULT_ENCODING = "cl100k_base"
@@ -64,7 +69,7 @@ _ENCODING_URLS = {
 _lock = threading.Lock()
 
 
-def _litellm_dir() -> Path | None:
+def litellm_dir() -> Path | None:
     """litellm's package directory, found without importing it."""
     try:
         spec = importlib.util.find_spec("litellm")
@@ -81,7 +86,7 @@ def tiktoken_cache_dir() -> str | None:
     custom = os.environ.get("CUSTOM_TIKTOKEN_CACHE_DIR")
     if custom:
         return custom
-    root = _litellm_dir()
+    root = litellm_dir()
     return str(root / "litellm_core_utils" / "tokenizers") if root is not None else None
 
 
@@ -228,16 +233,16 @@ def _valid_spec(spec: Any) -> bool:
     )
 
 
-def _read_spec(path: Path) -> dict[str, Any] | None:
+def read_spec(path: Path) -> dict[str, Any] | None:
     try:
-        with path.open("rb") as fh:
-            spec = marshal.load(fh)
+        # marshal.load(file) reads in small pieces: several times slower than one read.
+        spec = marshal.loads(path.read_bytes())
     except (OSError, EOFError, ValueError, TypeError):
         return None
     return spec if _valid_spec(spec) else None
 
 
-def _write_spec(path: Path, spec: dict[str, Any]) -> None:
+def _write_marshal(path: Path, value: Any) -> None:
     """Best effort, atomic (a reader never sees half a file); an unwritable cache is skipped."""
     import tempfile
 
@@ -246,7 +251,7 @@ def _write_spec(path: Path, spec: dict[str, Any]) -> None:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as fh:
-                marshal.dump(spec, fh)
+                marshal.dump(value, fh)
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -257,7 +262,7 @@ def _write_spec(path: Path, spec: dict[str, Any]) -> None:
 
 
 @lru_cache(maxsize=8)
-def _encoding(name: str) -> Any:
+def get_encoding(name: str) -> Any:
     """The tiktoken encoding ``name`` from the bundled files (``cl100k_base`` if they lack it).
     Parsing the bundled file takes most of the load (about 150 ms for ``o200k_base``), so the
     parsed tables are kept in :func:`cache_dir` as a marshal file and read from there next time."""
@@ -276,13 +281,13 @@ def _encoding(name: str) -> Any:
         assert directory is not None
         source = Path(directory) / hashlib.sha1(_ENCODING_URLS[name].encode()).hexdigest()
         path = _spec_cache_path(name, source)
-        spec = _read_spec(path)
+        spec = read_spec(path)
         if spec is None:
             from tiktoken_ext.openai_public import ENCODING_CONSTRUCTORS
 
             built = ENCODING_CONSTRUCTORS[name]()
             spec = {k: built[k] for k in ("pat_str", "mergeable_ranks", "special_tokens")}
-            _write_spec(path, spec)
+            _write_marshal(path, spec)
         return tiktoken.Encoding(name, **spec)
 
 
@@ -293,7 +298,7 @@ _CACHED_TEXT_CHARS = 8192
 
 @lru_cache(maxsize=8192)
 def _count_cached(encoding: str, text: str) -> int:
-    return len(_encoding(encoding).encode(text, disallowed_special=()))
+    return len(get_encoding(encoding).encode(text, disallowed_special=()))
 
 
 def count_text(model: str, text: str) -> int:
@@ -303,7 +308,7 @@ def count_text(model: str, text: str) -> int:
     name = encoding_name_for(model)
     if len(text) <= _CACHED_TEXT_CHARS:
         return _count_cached(name, text)
-    return len(_encoding(name).encode(text, disallowed_special=()))
+    return len(get_encoding(name).encode(text, disallowed_special=()))
 
 
 def count_messages(model: str, messages: Sequence[Mapping[str, Any]]) -> int | None:
@@ -345,21 +350,69 @@ def count_messages(model: str, messages: Sequence[Mapping[str, Any]]) -> int | N
 
 _catalog: dict[str, Any] | None = None
 
+#: The fields of litellm's catalog entries the host reads (windows, provider, mode); the rest
+#: (prices and the like) is left out of the cached copy.
+CATALOG_FIELDS = (
+    "litellm_provider",
+    "mode",
+    "max_input_tokens",
+    "max_tokens",
+    "max_output_tokens",
+    "supports_pdf_input",
+)
+
+
+def _catalog_cache_path(source: Path) -> Path:
+    stat = source.stat()
+    key = f"{source}|{stat.st_size}|{stat.st_mtime_ns}|{sys.version_info[:2]}|{CATALOG_FIELDS}"
+    return cache_dir() / f"catalog-{hashlib.sha1(key.encode()).hexdigest()[:16]}.marshal"
+
+
+def reduce_catalog(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The catalog with only :data:`CATALOG_FIELDS` of each entry (no ``sample_spec``)."""
+    return {
+        name: {k: entry[k] for k in CATALOG_FIELDS if k in entry}
+        for name, entry in data.items()
+        if name != "sample_spec" and isinstance(entry, Mapping)
+    }
+
+
+def read_catalog(path: Path) -> dict[str, dict[str, Any]] | None:
+    try:
+        data = marshal.loads(path.read_bytes())
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        return None
+    return data
+
 
 def _load_catalog() -> dict[str, Any]:
+    """litellm's bundled catalog, :data:`CATALOG_FIELDS` of each entry. Parsing the 3 MB file
+    takes tens of milliseconds, so the reduced copy is kept in :func:`cache_dir` (keyed by the
+    file's path, size and mtime) and read from there next time."""
     global _catalog
     if _catalog is None:
         with _lock:
             if _catalog is None:
-                root = _litellm_dir()
+                root = litellm_dir()
                 data: dict[str, Any] = {}
                 if root is not None:
                     path = root / "model_prices_and_context_window_backup.json"
                     try:
-                        data = json.loads(path.read_text(encoding="utf-8"))
-                    except (OSError, ValueError):
-                        data = {}
-                data.pop("sample_spec", None)
+                        cached = _catalog_cache_path(path)
+                    except OSError:
+                        cached = None
+                    found = read_catalog(cached) if cached is not None else None
+                    if found is not None:
+                        data = found
+                    else:
+                        try:
+                            data = reduce_catalog(json.loads(path.read_text(encoding="utf-8")))
+                        except (OSError, ValueError, AttributeError):
+                            data = {}
+                        if cached is not None and data:
+                            _write_marshal(cached, data)
                 _catalog = data
     return _catalog
 

@@ -105,8 +105,8 @@ def _read(path: Path) -> list[tuple[Any, str]]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise TranscriptError(f"{path}:{line}: invalid UTF-8") from None
+        where = raw[: exc.start].count(b"\n") + 1
+        raise TranscriptError(f"{path}:{where}: invalid UTF-8") from None
     stripped = text.lstrip()
     if path.suffix == ".jsonl" or (stripped.startswith("{") and "\n{" in stripped.rstrip()):
         items: list[tuple[Any, str]] = []

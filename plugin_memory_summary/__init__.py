@@ -10,18 +10,31 @@ from __future__ import annotations
 from .config import MemorySummaryConfig, PayloadCaps
 from .plugin import PLUGIN_NAME, MemoryContext, MemorySummaryPlugin
 from .record import SummaryRecord
+from .results import Result, Status
 from .summary_model import SummaryPayload
 
 __all__ = [
     "PLUGIN_NAME",
+    "__version__",
     "MemoryContext",
     "MemorySummaryConfig",
     "MemorySummaryPlugin",
     "PayloadCaps",
+    "Result",
+    "Status",
     "SummaryPayload",
     "SummaryRecord",
     "create_plugin",
 ]
+
+
+def __getattr__(name: str) -> str:
+    """``__version__``: the installed distribution's, whose one source is pyproject.toml."""
+    if name == "__version__":
+        from importlib.metadata import version
+
+        return version("plugin-memory-summary")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def create_plugin() -> MemorySummaryPlugin:

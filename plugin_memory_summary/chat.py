@@ -63,10 +63,10 @@ def chat_commands(
     async def compress(argument: str) -> str | None:
         before = announced[0]
         result = await plugin.compress(session_id)
-        if result["status"] == "done" and announced[0] > before:
+        if result.status == "done" and announced[0] > before:
             return None  # its compression line says it
-        reason = _one_line(result.get("reason") or "")
-        return f"[compress: {result['status']}{': ' + reason if reason else ''}]"
+        reason = _one_line(result.reason)
+        return f"[compress: {result.status}{': ' + reason if reason else ''}]"
 
     return [
         ChatCommand(name="/summary", help="show the session's summary", handler=summary),

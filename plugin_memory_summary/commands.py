@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from host_stub.services import SUMMARY_NAMESPACE
+
+if TYPE_CHECKING:  # the pipeline loads when a command runs, not when the CLI starts
+    from .results import Result
 
 __all__ = ["register", "status_line"]
 
@@ -54,7 +58,7 @@ def _plain(reason: str) -> str:
     return ": ".join(parts)
 
 
-def status_line(result: dict[str, Any], command: str = "compress") -> str:
+def status_line(result: Mapping[str, Any], command: str = "compress") -> str:
     """A pipeline result in one line: ``done: 40 messages summarized, tokens 12,400 -> 1,020``.
     A rebuild says what it rebuilt before what the compression after it did."""
     stats = result.get("stats", {})
@@ -119,15 +123,15 @@ def register(cli: Any, open_host: Any) -> None:
         @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
         @click.pass_context
         def command(ctx: click.Context, session: str, as_json: bool) -> None:
-            async def run() -> dict[str, Any]:
+            async def run() -> Result:
                 async with open_host(ctx) as host:
                     await _require_session(host, session)
-                    result: dict[str, Any] = await getattr(_plugin(host), method)(session)
+                    result: Result = await getattr(_plugin(host), method)(session)
                     return result
 
             result = asyncio.run(run())
             if as_json:
-                click.echo(json.dumps(result, ensure_ascii=False, default=str))
+                click.echo(json.dumps(result.to_dict(), ensure_ascii=False, default=str))
             else:
                 click.echo(status_line(result, name))
 

@@ -9,7 +9,7 @@ from host_stub.services import Snapshot
 from .config import MemorySummaryConfig
 from .decisions import conversation_messages
 from .record import read_record
-from .render import render_transcript
+from .render import render_transcript, transcript_lang
 from .summary_model import SummaryPayload
 
 __all__ = ["MemoryContext", "memory_context"]
@@ -44,7 +44,7 @@ def memory_context(
             shown,
             tool_truncate_chars=config.tool_truncate_chars,
             message_truncate_chars=config.message_truncate_chars,
-            lang=record.lang if record else "en",
+            lang=transcript_lang(record.lang) if record else "en",
         ),
         covered_up_to_seq=record.covered_up_to_seq if record else 0,
         summary_version=snap.record.version if snap.record else 0,

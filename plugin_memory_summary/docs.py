@@ -1,5 +1,5 @@
-"""The plugin's part of the generated README: its config table, contributed through the
-``docs_sections`` hook (``python -m host_stub.docgen README.md`` renders it)."""
+"""The plugin's part of the generated docs: its config table, contributed through the
+``docs_sections`` hook (``python -m host_stub.docgen docs/configuration.md`` renders it)."""
 
 from __future__ import annotations
 

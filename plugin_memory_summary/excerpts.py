@@ -18,8 +18,8 @@ import heapq
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from ._patterns import lazy_regex
 from .identifiers import extract_identifiers
+from .patterns import lazy_regex
 from .summary_model import Excerpt
 from .text import collapse_whitespace
 

@@ -218,10 +218,13 @@ def render_payload(payload: SummaryPayload, lang: str = "en") -> str:
     for name in ("identifiers", "retrieval_hints"):
         # An identifier the text above already says verbatim is not said twice.
         items = [i.strip() for i in getattr(payload, name) if i.strip()]
+        joint = ", "
         if name == "identifiers":
             items = [i for i in items if i not in said]
+            # One space between identifiers (a token less each) unless one holds a space.
+            joint = ", " if any(any(c.isspace() for c in i) for i in items) else " "
         if items:
-            out.append(f"{h[name]}{sep}{', '.join(items)}")
+            out.append(f"{h[name]}{sep}{joint.join(items)}")
     return "\n".join(out)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from ._patterns import lazy_regex
+from .patterns import lazy_regex
 
 if TYPE_CHECKING:
     import regex

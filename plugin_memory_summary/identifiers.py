@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._patterns import LazyRegex, lazy_regex
+from .patterns import LazyRegex, lazy_regex
 
 if TYPE_CHECKING:
     import regex

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._patterns import lazy_regex
 from .identifiers import extract_identifiers
+from .patterns import lazy_regex
 from .summary_model import (
     InProgressTask,
     SummaryPayload,

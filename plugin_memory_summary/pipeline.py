@@ -22,16 +22,12 @@ from host_stub.services import (
 )
 
 from .config import MemorySummaryConfig
-from .decisions import (
-    CompressionPlan,
-    conversation_messages,
-    counters_after_run,
-    plan_compression,
-)
+from .decisions import CompressionPlan, conversation_messages, counters_after_run, plan_compression
 from .pruning import configured_replacements, pruned_costs
 from .record import SummaryRecord, build_record, dump_record, read_record
 from .redact import Redactor
-from .scheduler import LOST_RACE, Result, SummarizerSlot, result
+from .results import LOST_RACE, Result, Status, result
+from .scheduler import SummarizerSlot
 from .state import SessionState, SessionTable
 from .tokens import TokenBook
 
@@ -99,7 +95,7 @@ class Pipeline:
         self.sessions = sessions
         self.redactor = redactor
         self.name = name
-        self._prune_memo: dict[tuple[object, ...], tuple[str, int]] = {}
+        self.prune_memo: dict[tuple[object, ...], tuple[str, int]] = {}
 
     # -- decisions on plain data ---------------------------------------------------------------
     def context_window(self, session_id: str) -> int:
@@ -125,7 +121,7 @@ class Pipeline:
         """Tier 1 (``pruning.configured_replacements``): the same answer for the host's prompt
         and for the plan."""
         return configured_replacements(
-            self.config, messages, window, self.tokens.count, self.tokens.recall, self._prune_memo
+            self.config, messages, window, self.tokens.count, self.tokens.recall, self.prune_memo
         )
 
     def plan(
@@ -206,7 +202,7 @@ class Pipeline:
         if self.config.strategy == "window":
             return await self._trim(run, "window", "done", "window")
         outcome = await self._summarize(run, deadline, slot)
-        status = "error" if outcome.errors else "done"
+        status: Status = "error" if outcome.errors else "done"
         why = "; ".join(outcome.errors + outcome.notes) or reason
         if outcome.batches_done == 0:
             return await self._trim(run, "fallback-trim", status, why)
@@ -326,7 +322,7 @@ class Pipeline:
         new: SummaryRecord,
         summarized: list[Message],
         markers: list[Message],
-        status: str,
+        status: Status,
         why: str,
     ) -> Result:
         """Step 5: the block the next prompt injects, the event marker, the stats."""
@@ -369,7 +365,11 @@ class Pipeline:
         return self._finish(run, tokens_after, status, why, after)
 
     async def _trim(
-        self, run: _Run, archive_reason: Literal["window", "fallback-trim"], status: str, why: str
+        self,
+        run: _Run,
+        archive_reason: Literal["window", "fallback-trim"],
+        status: Status,
+        why: str,
     ) -> Result:
         """The ``window`` strategy, or a fallback with no batch summarized: archive the plan's
         messages, no summary."""
@@ -382,7 +382,7 @@ class Pipeline:
         return self._finish(run, tokens_after, status, why, after)
 
     def _finish(
-        self, run: _Run, tokens_after: int, status: str, why: str, after: tuple[int, int]
+        self, run: _Run, tokens_after: int, status: Status, why: str, after: tuple[int, int]
     ) -> Result:
         """Report a run that changed the history, and set the session's per-turn counters to
         what it left (``counters_after_run``): no read of the store for them, on the turn or

@@ -7,10 +7,11 @@ The work is done elsewhere: ``scheduler`` (single flight, cap, lease, every task
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -26,14 +27,17 @@ from host_stub.services import (
 
 from .config import MemorySummaryConfig
 from .context import MemoryContext, memory_context
+from .contribution import fitted_replacements, summary_contribution
 from .decisions import hard_triggered, soft_triggered, turn_triggered
 from .extensions import HostExtensions
 from .lease import warm_up
 from .maintenance import mark_stale, rebuild, update_record
+from .parts import NotStartedError, Parts
 from .pipeline import Pipeline
 from .record import SummaryRecord, read_record, with_pinned, with_text, without_pinned
 from .redact import Redactor
-from .scheduler import LEASE_BUSY, LEASE_LOST, Result, Scheduler, result
+from .results import Result, result
+from .scheduler import LEASE_BUSY, LEASE_LOST, Scheduler
 from .state import MAX_TRACKED_SESSIONS, SessionTable
 from .tokens import TokenBook
 from .watermark import compress_before_call
@@ -51,12 +55,7 @@ __all__ = [
 ]
 
 PLUGIN_NAME = "memory-summary"
-_T = TypeVar("_T")
 log = logging.getLogger("plugin_memory_summary")
-
-
-class NotStartedError(RuntimeError):
-    """The plugin was used before the host called its ``startup`` hook."""
 
 
 class MemorySummaryPlugin(HostExtensions):
@@ -70,41 +69,45 @@ class MemorySummaryPlugin(HostExtensions):
         self.redactor = Redactor()
         #: Per-session numbers between turns (a hint; every run reads the store).
         self.sessions = SessionTable()
-        self._host: HostProtocol | None = None
-        self._memory: MemoryService | None = None
-        self._tokens: TokenBook | None = None
-        self._pipeline: Pipeline | None = None
-        self._scheduler: Scheduler | None = None
+        self._parts: Parts | None = None
         self._receivers: list[tuple[str, Callable[..., Any]]] = []
 
     # -- the parts, set at start-up ------------------------------------------------------------
     @property
+    def parts(self) -> Parts:
+        """The services and workers ``startup`` set, in one bundle."""
+        if self._parts is None:
+            raise NotStartedError("the memory-summary plugin is not started (no startup hook yet)")
+        return self._parts
+
+    @property
     def host(self) -> HostProtocol:
-        return _started(self._host)
+        return self.parts.host
 
     @property
     def memory(self) -> MemoryService:
-        return _started(self._memory)
+        return self.parts.memory
 
     @memory.setter
     def memory(self, memory: MemoryService) -> None:
         """Swap the plugin's handle on the store (to wrap it, e.g. for tracing); the host
         keeps its own."""
-        self._memory = self.pipeline.memory = self.scheduler.memory = memory
+        self.pipeline.memory = self.scheduler.memory = memory
+        self._parts = dataclasses.replace(self.parts, memory=memory)
 
     @property
     def tokens(self) -> TokenBook:
         """Budgets and token counts with the summary model's tokenizer."""
-        return _started(self._tokens)
+        return self.parts.tokens
 
     @property
     def pipeline(self) -> Pipeline:
-        return _started(self._pipeline)
+        return self.parts.pipeline
 
     @property
     def scheduler(self) -> Scheduler:
         """Every compression and background task of this plugin instance."""
-        return _started(self._scheduler)
+        return self.parts.scheduler
 
     # -- hooks ---------------------------------------------------------------------------------
     @hookimpl
@@ -122,58 +125,49 @@ class MemorySummaryPlugin(HostExtensions):
     ) -> None:
         self.config = config
         self.redactor = Redactor(config.redact_patterns)
-        self._host, self._memory = host, memory
-        self._tokens = TokenBook(config, llm)
-        self._pipeline = Pipeline(
+        tokens = TokenBook(config, llm)
+        pipeline = Pipeline(
             config,
             host=host,
             memory=memory,
             llm=llm,
             archive=message_archive,
-            tokens=self._tokens,
+            tokens=tokens,
             sessions=self.sessions,
             redactor=self.redactor,
             name=PLUGIN_NAME,
         )
-        tokens = self._tokens
-        self._scheduler = Scheduler(
+        scheduler = Scheduler(
             config,
             memory,
             message_archive,
-            self._pipeline.compress_once,
+            pipeline.compress_once,
             self._emit,
             PLUGIN_NAME,
             warm=lambda: warm_up(llm, tokens.summary_model()),
         )
-        for name, receiver in (
+        self._parts = Parts(host, memory, tokens, pipeline, scheduler)
+        receivers: tuple[tuple[str, Callable[..., Any]], ...] = (
             (signals.AGENT_TURN_AFTER, self._on_turn_after),
             (signals.TOKEN_USAGE, self._on_token_usage),
             (signals.SESSION_COMPRESS, self._on_session_compress),
             (signals.MEMORY_CLEAR, self._on_memory_clear),
             (signals.MEMORY_MESSAGES_DELETED, self._on_messages_deleted),
-        ):
-            host.bus.connect(name, receiver)
+        )
+        for name, receiver in receivers:
+            host.bus.connect(name, receiver, typed=True)
             self._receivers.append((name, receiver))
 
     @hookimpl
     def agent_prompt(self, view: PromptView) -> Contribution | None:
         state = self.sessions.get(view.session_id)
         state.context_window = view.context_window
-        if self.config.strategy != "summary" or view.summary is None:
-            return None
-        # The budget the last usage breakdown gives (the view of this hook has none yet).
-        budget = self.tokens.budget(view.context_window, state.breakdown, state.core_tokens)
-        cached = self.tokens.cached_block(view.session_id, view.summary.version, budget)
-        if cached is None:
-            record = read_record(view.summary, view.epoch)
-            if record is None or record.stale or not record.text:
-                return None
-            cached = self.tokens.block(view.session_id, view.summary.version, record, budget)
-        return Contribution(id=PLUGIN_NAME, anchor="context", content=cached[0])
+        return summary_contribution(view, state, self.pipeline, PLUGIN_NAME)
 
     @hookimpl
     def prune_history(self, view: PromptView) -> dict[int, str] | None:
-        return self.pipeline.prune(view.messages, view.context_window) or None
+        state = self.sessions.get(view.session_id)
+        return fitted_replacements(view, state, self.pipeline, PLUGIN_NAME) or None
 
     @hookimpl
     async def before_model_call(self, view: PromptView) -> None:
@@ -189,8 +183,8 @@ class MemorySummaryPlugin(HostExtensions):
         for name, receiver in self._receivers:
             self.host.bus.disconnect(name, receiver)
         self._receivers.clear()
-        if self._scheduler is not None:
-            await self._scheduler.drain(self.config.shutdown_grace_s)
+        if self._parts is not None:
+            await self._parts.scheduler.drain(self.config.shutdown_grace_s)
 
     @hookimpl
     def agent_tools(self) -> list[Any]:
@@ -199,17 +193,17 @@ class MemorySummaryPlugin(HostExtensions):
         return recall_tools(self.memory, self.tokens.llm, self.config.recall_tokens)
 
     # -- receivers -----------------------------------------------------------------------------
-    async def _on_turn_after(self, sender: Any, **payload: Any) -> None:
+    async def _on_turn_after(self, sender: Any, event: signals.AgentTurnAfter) -> None:
         if self.config.strategy == "off":
             return
-        session_id: str = payload["session_id"]
+        session_id = event.session_id
         state = self.sessions.get(session_id)
         if not state.synced:
             if not state.syncing:
                 state.syncing = True
-                self.scheduler.spawn(self._cold_turn_check(session_id, payload["outcome"]))
+                self.scheduler.spawn(self._cold_turn_check(session_id, event.outcome))
             return
-        user, reply = payload.get("message"), payload.get("reply")
+        user, reply = event.message, event.reply
         if (
             user is not None
             and user.seq is not None
@@ -221,7 +215,7 @@ class MemorySummaryPlugin(HostExtensions):
         if last > state.last_seq:
             state.active += last - state.last_seq
             state.last_seq = last
-        if self._turn_triggers(session_id, payload["outcome"]):
+        if self._turn_triggers(session_id, event.outcome):
             self.scheduler.spawn(self.scheduler.request(session_id, "turn"))
 
     def _turn_triggers(self, session_id: str, outcome: str) -> bool:
@@ -243,22 +237,22 @@ class MemorySummaryPlugin(HostExtensions):
         if self._turn_triggers(session_id, outcome):
             await self.scheduler.request(session_id, "turn")
 
-    async def _on_token_usage(self, sender: Any, **payload: Any) -> None:
+    async def _on_token_usage(self, sender: Any, event: signals.TokenUsage) -> None:
         if self.config.strategy == "off":
             return
-        session_id = payload["session_id"]
+        session_id = event.session_id
         state = self.sessions.get(session_id)
-        state.context_window = payload["context_window"]
-        state.breakdown = payload["breakdown"].model_dump()
+        state.context_window = event.context_window
+        state.breakdown = event.breakdown.model_dump()
         if not soft_triggered(
-            payload["usage_ratio"],
+            event.usage_ratio,
             self.config.auto_compress_threshold,
-            dry_run=payload["dry_run"],
-            rebuilt=payload["rebuilt"],
+            dry_run=event.dry_run,
+            rebuilt=event.rebuilt,
         ):
             return
         if hard_triggered(
-            payload["usage_ratio"], self.config.hard_compress_threshold, dry_run=payload["dry_run"]
+            event.usage_ratio, self.config.hard_compress_threshold, dry_run=event.dry_run
         ):
             return  # the blocking compression in before_model_call, right after, does it
         cooling = time.monotonic() < state.cooldown_until and state.blocked_seq == state.last_seq
@@ -269,29 +263,29 @@ class MemorySummaryPlugin(HostExtensions):
             request_id=self.scheduler.request_id(session_id),
             session_id=session_id,
             reason="auto",
-            usage_ratio=payload["usage_ratio"],
+            usage_ratio=event.usage_ratio,
         )
 
-    async def _on_session_compress(self, sender: Any, **payload: Any) -> None:
-        reason = payload["reason"]
+    async def _on_session_compress(self, sender: Any, event: signals.SessionCompress) -> None:
         self.scheduler.spawn(
             self.scheduler.request(
-                payload["session_id"],
-                reason,
-                request_id=payload["request_id"],
-                usage_ratio=payload.get("usage_ratio"),
-                deadline_s=self.config.hard_deadline_s if reason == "hard" else None,
+                event.session_id,
+                event.reason,
+                request_id=event.request_id,
+                usage_ratio=event.usage_ratio,
+                deadline_s=self.config.hard_deadline_s if event.reason == "hard" else None,
             )
         )
 
-    async def _on_memory_clear(self, sender: Any, **payload: Any) -> dict[str, Any] | None:
-        types = payload.get("types")
-        if types is not None and "summary" not in types:
+    async def _on_memory_clear(
+        self, sender: Any, event: signals.MemoryClear
+    ) -> dict[str, Any] | None:
+        if event.types is not None and "summary" not in event.types:
             return None
-        if payload.get("scope") == "all" or payload.get("session_id") is None:
+        if event.scope == "all" or event.session_id is None:
             sessions = [s.session_id for s in await self.memory.list_sessions()]
         else:
-            sessions = [payload["session_id"]]
+            sessions = [event.session_id]
         cancelled = 0
         for session_id in sessions:
             cancelled += await self.scheduler.cancel(session_id)
@@ -300,17 +294,17 @@ class MemorySummaryPlugin(HostExtensions):
         self.tokens.forget_blocks()
         return {"summary": {"sessions": len(sessions), "cancelled": cancelled}}
 
-    async def _on_messages_deleted(self, sender: Any, **payload: Any) -> None:
-        session_id = payload["session_id"]
-        if await mark_stale(self.memory, session_id, payload["seqs"]):
+    async def _on_messages_deleted(self, sender: Any, event: signals.MemoryMessagesDeleted) -> None:
+        session_id = event.session_id
+        if await mark_stale(self.memory, session_id, event.seqs):
             self.scheduler.spawn(self.rebuild(session_id))
 
     async def _emit(
         self, request_id: str, session_id: str, status: str, reason: str, stats: dict[str, Any]
     ) -> None:
-        if self._host is None:
+        if self._parts is None:
             return
-        await self._host.bus.send(
+        await self._parts.host.bus.send(
             signals.SESSION_COMPRESSING,
             request_id=request_id,
             session_id=session_id,
@@ -385,11 +379,7 @@ class MemorySummaryPlugin(HostExtensions):
             return result("skipped", "summary changed during rebuild")
         final = await self.scheduler.request(session_id, "manual")
         if rebuilt.status == "committed":
-            final.setdefault("stats", {})["rebuilt_from"] = rebuilt.messages
+            final = result(
+                final.status, final.reason, {**final.stats, "rebuilt_from": rebuilt.messages}
+            )
         return final
-
-
-def _started(part: _T | None) -> _T:
-    if part is None:
-        raise NotStartedError("the memory-summary plugin is not started (no startup hook yet)")
-    return part

@@ -20,7 +20,13 @@ from .config import MemorySummaryConfig
 from .decisions import conversation_messages
 from .text import collapse_whitespace, cut_text
 
-__all__ = ["configured_replacements", "prune_replacements", "pruned_costs", "result_limit"]
+__all__ = [
+    "configured_replacements",
+    "cut_result",
+    "prune_replacements",
+    "pruned_costs",
+    "result_limit",
+]
 
 #: Characters of a call's arguments shown in a placeholder.
 _ARGS_CHARS = 80
@@ -105,14 +111,39 @@ def prune_replacements(
                 if known[1] < tokens:
                     out[reply.seq] = known[0]
             elif max_result_tokens is not None and tokens > max_result_tokens:
-                text = text_of(reply.content)
-                keep_chars = max(1, len(text) * max_result_tokens // max(1, tokens))
-                note = (
-                    f"\n[cut: about {max_result_tokens:,} of {tokens:,} tokens of tool result "
-                    f"#{reply.seq} shown; {_pointer(reply.seq, recall)}]"
-                )
-                out[reply.seq] = cut_text(text, keep_chars) + note
+                cut = cut_result(reply, max_result_tokens, count_tokens, recall)
+                if count_tokens(cut) < tokens:  # a cut never makes a result longer
+                    out[reply.seq] = cut
     return out
+
+
+def cut_result(
+    reply: Message,
+    limit: int,
+    count_tokens: Callable[[str], int],
+    recall: bool = True,
+    *,
+    floor: int = 0,
+) -> str:
+    """A tool result as the prompt shows it in about ``limit`` tokens: its start, cut between
+    words, with a note of what was left out and where the whole is; under ``floor`` tokens,
+    only the note."""
+    text = text_of(reply.content)
+    tokens = reply.tokens if reply.tokens is not None else count_tokens(text)
+    assert reply.seq is not None
+    if limit < max(1, floor):
+        return (
+            f"[tool result #{reply.seq}, {tokens:,} tokens, left out of the prompt for room; "
+            f"{_pointer(reply.seq, recall)}]"
+        )
+    note = (
+        f"\n[cut: about {limit:,} of {tokens:,} tokens of tool result "
+        f"#{reply.seq} shown; {_pointer(reply.seq, recall)}]"
+    )
+    # The note is part of the limit.
+    room = max(1, limit - count_tokens(note))
+    keep_chars = max(1, len(text) * room // max(1, tokens))
+    return cut_text(text, keep_chars, marker_counts=True) + note
 
 
 def pruned_costs(

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._patterns import lazy_regex
+from .patterns import lazy_regex
 from .secret_patterns import BUILTIN_HINTS, BUILTIN_PATTERNS
 
 if TYPE_CHECKING:

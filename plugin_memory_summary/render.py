@@ -15,7 +15,7 @@ from typing import Literal
 
 from host_stub.messages import Message, text_of
 
-from ._patterns import lazy_regex
+from .patterns import lazy_regex
 from .text import cut_text
 
 __all__ = [
@@ -24,9 +24,16 @@ __all__ = [
     "render_message",
     "render_transcript",
     "tool_name_for",
+    "transcript_lang",
 ]
 
 TranscriptLang = Literal["en", "zh"]
+
+
+def transcript_lang(lang: str) -> TranscriptLang:
+    """The transcript language for a record's ``lang``: Chinese labels for ``zh``, else English."""
+    return "zh" if lang == "zh" else "en"
+
 
 # Every character a model may read as a line break. Continuation lines are indented after each
 # of them so that only the first line of a block starts at column 0: a message whose text

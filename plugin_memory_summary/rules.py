@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 
 from host_stub.messages import Message
 
-from ._patterns import lazy_regex
 from .config import PayloadCaps
 from .excerpts import content_keys, select_excerpts, split_long
 from .fitting import apply_caps, fit_lines, fit_to_budget, render_payload
 from .identifiers import extract_identifiers
+from .patterns import lazy_regex
 from .summary_model import (
     SOURCE_TIER,
     Excerpt,
@@ -104,7 +104,11 @@ def _rank_identifiers(
 # --- the merge --------------------------------------------------------------------------------
 
 #: Share of the budget the identifier list may take (the record gets the rest).
-_IDENTIFIER_SHARE = 0.6
+_IDENTIFIER_SHARE = 0.85
+
+#: Share the identifiers a user typed or a tool call used may take: in a tool chat they are the
+#: facts the rest of the conversation turns on (booking references, order and user ids).
+_ACTED_ON_SHARE = 0.9
 
 #: Open questions and in-progress tasks kept: the newest few (the record carries the rest).
 _OPEN_QUESTIONS = 3
@@ -147,7 +151,7 @@ def _new_excerpts(turns: list[_Turn], caps: PayloadCaps, lang: str) -> list[Exce
     return out
 
 
-_OVERVIEW = lazy_regex(r"^(?:Messages #1-#\d+ summarized\b|已摘要第 1-\d+ 条消息)")
+_OVERVIEW = lazy_regex(r"^(?:Messages #1-#\d|已摘要第 1-\d)")  # whole or cut short
 
 
 def _summary_text(previous: SummaryPayload, overview: str, caps: PayloadCaps) -> str:
@@ -277,7 +281,13 @@ def rules_merge(
     tasks = tasks[-_TASKS:]
 
     identifiers, identifier_sources = _rank_identifiers(prev, turns)
-    identifiers = _within_share(identifiers, budget_tokens * _IDENTIFIER_SHARE, count_tokens)
+    identifiers = _within_share(
+        identifiers,
+        budget_tokens * _IDENTIFIER_SHARE,
+        count_tokens,
+        acted_on=lambda i: source_tier(identifier_sources.get(i)) >= source_tier("argument"),
+        acted_on_tokens=budget_tokens * _ACTED_ON_SHARE,
+    )
     new = [*_new_excerpts(turns, caps, lang), *digest]
     base = apply_caps(
         SummaryPayload(
@@ -323,13 +333,22 @@ def rules_merge(
     return fit_to_budget(merged, budget_tokens, count_tokens, lang)
 
 
-def _within_share(identifiers: list[str], tokens: float, count: Callable[[str], int]) -> list[str]:
-    """The most important identifiers (the list's tail) whose list takes at most ``tokens``."""
+def _within_share(
+    identifiers: list[str],
+    tokens: float,
+    count: Callable[[str], int],
+    *,
+    acted_on: Callable[[str], bool] = lambda _i: False,
+    acted_on_tokens: float = 0.0,
+) -> list[str]:
+    """The most important identifiers (the list's tail) whose list takes at most ``tokens``;
+    the ones the conversation acted on (a user typed them, a tool call used them: ``acted_on``)
+    may take up to ``acted_on_tokens`` when that is more."""
     kept: list[str] = []
     used = 0
     for ident in reversed(identifiers):
-        used += count(ident) + 1
-        if used > tokens:
+        used += count(f" {ident}")
+        if used > (max(tokens, acted_on_tokens) if acted_on(ident) else tokens):
             break
         kept.append(ident)
     return list(reversed(kept))

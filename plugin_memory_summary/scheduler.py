@@ -28,17 +28,15 @@ from host_stub.services import (
 
 from .config import MemorySummaryConfig
 from .lease import KeptLease
+from .results import LOST_RACE, Result, result
 
 __all__ = [
     "LEASE_BUSY",
     "LEASE_LOST",
-    "LOST_RACE",
     "Emit",
-    "Result",
     "Scheduler",
     "SummarizerSlot",
     "Work",
-    "result",
 ]
 
 log = logging.getLogger("plugin_memory_summary")
@@ -47,17 +45,8 @@ log = logging.getLogger("plugin_memory_summary")
 LEASE_BUSY = "another run (in this or another process) holds the session's lease"
 #: The ``skipped`` reason when a newer holder took the lease during the run (its writes refused).
 LEASE_LOST = "the session's lease was taken over during the run; its writes were refused"
-#: The status of an attempt whose commit lost the compare-and-set (never reported).
-LOST_RACE = "lost-race"
-
-#: A compression's final status: ``{"status", "reason", "stats"}``.
-Result = dict[str, Any]
 
 Emit = Callable[[str, str, str, str, dict[str, Any]], Awaitable[None]]
-
-
-def result(status: str, reason: str, stats: dict[str, Any] | None = None) -> Result:
-    return {"status": status, "reason": reason, "stats": stats if stats is not None else {}}
 
 
 class SummarizerSlot:
@@ -223,7 +212,7 @@ class Scheduler:
             if joined and reason == "hard" and (look_again is None or look_again(final)):
                 # The run this request joined was built on an older snapshot: look again.
                 again = await self._join_or_run(session_id, reason, deadline)
-                if again["status"] == "done" or final["status"] != "done":
+                if again.status == "done" or final.status != "done":
                     final = again
         except asyncio.CancelledError:
             final = result("error", "cancelled (host shutting down)")
@@ -235,7 +224,7 @@ class Scheduler:
             with contextlib.suppress(Exception):
                 await asyncio.shield(
                     self._emit(
-                        request_id, session_id, final["status"], final["reason"], final["stats"]
+                        request_id, session_id, final.status, final.reason, dict(final.stats)
                     )
                 )
         return final
@@ -325,7 +314,7 @@ class Scheduler:
                     outcome = await self._work(
                         session_id, reason, deadline, snapshot, markers, slot, lease
                     )
-                    if outcome["status"] != LOST_RACE:
+                    if outcome.status != LOST_RACE:
                         return outcome
                     snapshot = None  # lost the race: read afresh
                 return result("skipped", "lost the commit race three times")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from host_stub.services import Snapshot
 
 from .decisions import conversation_messages, core_tokens
+from .prompt_fit import Fit
 from .record import read_record
 
 __all__ = ["MAX_TRACKED_SESSIONS", "SessionState", "SessionTable"]
@@ -38,6 +39,10 @@ class SessionState:
     #: The numbers above were read from the store at least once in this process.
     synced: bool = False
     syncing: bool = False
+    #: The last prompt's fit (``prompt_fit``) and the view it was computed for.
+    fit: tuple[tuple[object, ...], Fit] | None = None
+    #: Tokens of messages as the prompt shows them replaced, by (seq, length, hash of the text).
+    shown_tokens: dict[tuple[int | None, int, int], int] = field(default_factory=dict)
 
     def set_after_run(self, after: tuple[int, int]) -> None:
         """A run set the counters to what it left (``decisions.counters_after_run``)."""

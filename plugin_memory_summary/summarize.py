@@ -19,7 +19,7 @@ from .decisions import split_batches, summary_growth
 from .fitting import apply_caps, fit_to_budget, render_payload
 from .prompts import build_summary_messages, request_keys
 from .redact import RedactionError, Redactor
-from .render import render_transcript
+from .render import render_transcript, transcript_lang
 from .rules import rules_merge
 from .scrub import redact_messages, safe_redactor, scrub_payload
 from .speed import CallLimits, Sample, SpeedBook, timeout_reason
@@ -142,7 +142,7 @@ async def _llm_answer(
         batch,
         tool_truncate_chars=config.tool_truncate_chars,
         message_truncate_chars=config.message_truncate_chars,
-        lang=lang,
+        lang=transcript_lang(lang),
     )
     # The previous summary leaves for the summarizer too (once per run): a user's edit, or a
     # record written before a redact pattern was added, may hold a secret.

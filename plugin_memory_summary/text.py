@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from host_stub.messages import scrub_surrogates
 
-from ._patterns import lazy_regex
+from .patterns import lazy_regex
 
 __all__ = ["ELLIPSIS", "collapse_whitespace", "cut_middle", "cut_text", "sentences"]
 

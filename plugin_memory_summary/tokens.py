@@ -10,6 +10,7 @@ from host_stub.services import LLMService
 
 from .config import MemorySummaryConfig
 from .decisions import fixed_tokens, summary_budget, tail_room_cap
+from .fitting import fit_to_budget, render_payload
 from .hygiene import framing_overhead, wrap_summary_block
 from .record import SummaryRecord
 from .speed import SpeedBook
@@ -106,6 +107,13 @@ class TokenBook:
         wrap = functools.partial(wrap_summary_block, recall=self.recall)
         block = wrap(record.text, record.lang)
         tokens = self.count(block)
+        if tokens > budget and record.text == render_payload(record.payload, record.lang):
+            # Smaller by the record's own order of sacrifice: old excerpts and list items
+            # before identifiers, whole items only.
+            room = budget - self.framing_tokens(record.lang)
+            fitted = fit_to_budget(record.payload, room, self.count, record.lang)
+            block = wrap(render_payload(fitted, record.lang), record.lang)
+            tokens = self.count(block)
         if tokens > budget:
             text = record.text
             lo, hi = 0, len(text)

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 from host_stub.messages import Message, text_of, tool_groups
 
-from ._patterns import lazy_regex
 from .identifiers import extract_identifiers
 from .parsing import carries_instructions
+from .patterns import lazy_regex
 from .text import collapse_whitespace, sentences
 
 # --- vocabulary -------------------------------------------------------------------------------

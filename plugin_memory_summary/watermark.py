@@ -10,7 +10,8 @@ from host_stub.services import Snapshot
 
 from .decisions import after_compression, core_tokens, hard_triggered
 from .pipeline import Pipeline
-from .scheduler import Result, Scheduler
+from .results import Result
+from .scheduler import Scheduler
 from .state import SessionState
 
 __all__ = ["compress_before_call"]
@@ -44,14 +45,14 @@ async def compress_before_call(
     def look_again(joined: Result) -> bool:
         """After joining a run planned on an older snapshot: is the view still over the mark,
         with something a compression could still do?"""
-        covered = joined["stats"].get("covered_up_to_seq")
-        if joined["status"] != "done" or covered is None:
+        covered = joined.stats.get("covered_up_to_seq")
+        if joined.status != "done" or covered is None:
             return True
         left, breakdown = after_compression(
             view.messages,
             state.breakdown,
             covered_up_to_seq=covered,
-            summary_tokens=joined["stats"].get("block_tokens", budget),
+            summary_tokens=joined.stats.get("block_tokens", budget),
         )
         ratio = sum(breakdown.values()) / window
         if not hard_triggered(ratio, config.hard_compress_threshold, dry_run=False):

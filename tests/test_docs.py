@@ -1,4 +1,4 @@
-"""The README, plugin.toml and the CI script tell the truth about the code."""
+"""The README, the docs, plugin.toml and the CI script tell the truth about the code."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from plugin_memory_summary.config import MemorySummaryConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
 CI_RUN = ROOT / ".ci" / "run"
 
 
@@ -30,8 +31,19 @@ def readme() -> str:
     return README.read_text(encoding="utf-8")
 
 
-def code_blocks(language: str) -> list[str]:
-    return re.findall(rf"^```{language}\n(.*?)^```$", readme(), re.DOTALL | re.MULTILINE)
+def doc(name: str) -> str:
+    return (ROOT / "docs" / name).read_text(encoding="utf-8")
+
+
+def all_docs() -> str:
+    """The README and every page of docs/, one after another."""
+    return "\n".join(path.read_text(encoding="utf-8") for path in DOCS)
+
+
+def code_blocks(language: str, text: str | None = None) -> list[str]:
+    return re.findall(
+        rf"^```{language}\n(.*?)^```$", readme() if text is None else text, re.DOTALL | re.MULTILINE
+    )
 
 
 def quick_start() -> list[str]:
@@ -41,13 +53,14 @@ def quick_start() -> list[str]:
 
 
 # -- generated tables ----------------------------------------------------------------------------
-def test_readme_is_up_to_date_with_the_generator() -> None:
-    text = readme()
-    assert docgen.render_readme(text) == text, "run: python -m host_stub.docgen README.md"
+def test_the_docs_are_up_to_date_with_the_generator() -> None:
+    for path in DOCS:
+        text = path.read_text(encoding="utf-8")
+        assert docgen.render_readme(text) == text, f"run: python -m host_stub.docgen {path.name}"
 
 
-def test_readme_has_every_generated_section() -> None:
-    text = readme()
+def test_the_docs_have_every_generated_section() -> None:
+    text = all_docs()
     assert set(docgen.SECTIONS) == {"hooks", "signals", "services"}
     assert "config" in docgen.sections()  # the plugin's, through its docs_sections hook
     for name in docgen.sections():
@@ -55,8 +68,8 @@ def test_readme_has_every_generated_section() -> None:
         assert f"<!-- END GENERATED: {name} -->" in text
 
 
-def test_every_hook_signal_and_config_key_is_in_the_readme() -> None:
-    text = readme()
+def test_every_hook_signal_and_config_key_is_documented() -> None:
+    text = all_docs()
     hooks = [name for name, _ in docgen.hookspec_functions()]
     assert hooks == [
         "startup",
@@ -76,7 +89,7 @@ def test_every_hook_signal_and_config_key_is_in_the_readme() -> None:
     keys = [key for key, _, _ in docgen.config_rows(MemorySummaryConfig)]
     assert "caps.identifiers" in keys
     missing += [k for k in keys if f"`{k}`" not in text]
-    assert not missing, f"not documented in README.md: {missing}"
+    assert not missing, f"not documented in README.md or docs/: {missing}"
 
 
 def test_every_service_method_is_described() -> None:
@@ -168,8 +181,8 @@ def test_plugin_toml_config_equals_the_model_defaults() -> None:
 
 
 # -- README examples -----------------------------------------------------------------------------
-async def test_readme_host_config_example_starts_a_host(tmp_path: Path) -> None:
-    block = next(b for b in code_blocks("toml") if b.startswith("[host]"))
+async def test_the_full_host_config_example_starts_a_host(tmp_path: Path) -> None:
+    block = next(b for b in code_blocks("toml", doc("configuration.md")) if b.startswith("[host]"))
     path = tmp_path / "host.toml"
     path.write_text(block, encoding="utf-8")
     config = load_host_config(path)
@@ -184,11 +197,12 @@ async def test_readme_host_config_example_starts_a_host(tmp_path: Path) -> None:
     assert cfg.caps.list_items == MemorySummaryConfig().caps.list_items
 
 
-async def test_readme_plugin_example_runs_in_a_host(capsys: pytest.CaptureFixture[str]) -> None:
-    source = next(b for b in code_blocks("python") if "def create_plugin" in b)
+async def test_the_plugin_example_runs_in_a_host(capsys: pytest.CaptureFixture[str]) -> None:
+    page = doc("writing-a-plugin.md")
+    source = next(b for b in code_blocks("python", page) if "def create_plugin" in b)
     module = types.ModuleType("my_pkg")
-    exec(compile(source, "README.md", "exec"), module.__dict__)
-    manifest_toml = next(b for b in code_blocks("toml") if b.startswith("[plugin]"))
+    exec(compile(source, "docs/writing-a-plugin.md", "exec"), module.__dict__)
+    manifest_toml = next(b for b in code_blocks("toml", page) if b.startswith("[plugin]"))
     manifest = tomllib.loads(manifest_toml)
     PluginManifest.model_validate(manifest["plugin"] | {"config": manifest["config"]})
     plugin = module.create_plugin()
@@ -206,9 +220,9 @@ async def test_readme_plugin_example_runs_in_a_host(capsys: pytest.CaptureFixtur
     assert "s1 replied" in capsys.readouterr().out
 
 
-def test_readme_cli_commands_exist() -> None:
-    used = set(re.findall(r"^host-stub (\w[\w-]*)", readme(), re.MULTILINE))
-    used |= set(re.findall(r"`host-stub (\w[\w-]*)", readme()))
+def test_documented_cli_commands_exist() -> None:
+    used = set(re.findall(r"^host-stub (\w[\w-]*)", all_docs(), re.MULTILINE))
+    used |= set(re.findall(r"`host-stub (\w[\w-]*)", all_docs()))
     out = subprocess.run(
         [sys.executable, "-m", "host_stub.cli", "--help"],
         capture_output=True,
@@ -220,7 +234,7 @@ def test_readme_cli_commands_exist() -> None:
     listed = set(re.findall(r"^  (\w[\w-]*)\s", out.split("Commands:", 1)[1], re.MULTILINE))
     expected = {"replay", "chat", "sessions", "clear", "summary", "compress", "rebuild", "pin"}
     assert expected <= listed
-    assert used <= listed, f"README names commands that do not exist: {used - listed}"
+    assert used <= listed, f"the docs name commands that do not exist: {used - listed}"
 
 
 # -- CI ------------------------------------------------------------------------------------------
@@ -234,7 +248,7 @@ def test_ci_installs_and_tests_exactly_as_the_readme_says() -> None:
     develop = next(c for c in commands if c.startswith("pip install") and "[dev]" in c)
     assert develop in lines, f"the README's develop install is not a line of .ci/run: {develop}"
     assert any(line == test or line.startswith(test + " ") for line in lines), test
-    assert "python -m host_stub.docgen README.md --check" in lines
+    assert "python -m host_stub.docgen README.md docs/*.md --check" in lines
     assert "set -euo pipefail" in lines
     assert CI_RUN.stat().st_mode & 0o111, ".ci/run is not executable"
     assert not re.search(r"/(work|tmp)/", script)
@@ -244,17 +258,31 @@ def test_ci_script_is_valid_bash() -> None:
     subprocess.run(["bash", "-n", str(CI_RUN)], check=True)
 
 
-def test_readme_names_no_local_paths() -> None:
-    assert not re.search(r"(?<![\w.])/(work|tmp)/", readme())
+def test_the_docs_name_no_local_paths() -> None:
+    assert not re.search(r"(?<![\w.])/(work|tmp)/", all_docs())
+
+
+def test_the_docs_link_only_to_files_that_exist() -> None:
+    for path in DOCS:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", path.read_text(encoding="utf-8")):
+            assert (path.parent / target).exists(), f"{path.name} links to a missing {target}"
+
+
+def test_the_readme_is_short_and_links_every_page() -> None:
+    text = readme()
+    assert len(text.splitlines()) <= 160
+    for path in DOCS[1:]:
+        assert f"](docs/{path.name})" in text, f"the README does not link docs/{path.name}"
 
 
 def test_hookspec_module_is_the_documented_contract() -> None:
-    assert hookspecs.ENTRY_POINT_GROUP in readme()
+    assert hookspecs.ENTRY_POINT_GROUP in doc("writing-a-plugin.md")
 
 
 def benchmark_rows() -> list[tuple[str, str, str]]:
-    """(what, command, result) of the README's benchmark table."""
-    section = readme().split("\n## Benchmarks\n", 1)[1].split("\n## ", 1)[0]
+    """(what, command, result) of the benchmark table in docs/benchmarks.md."""
+    section = doc("benchmarks.md").split("\n| what |", 1)[1].split("\n\n", 1)[0]
+    section = "| what |" + section
     rows = [line for line in section.splitlines() if line.startswith("| ")][1:]
     cells = [[c.strip() for c in row.strip().strip("|").split(" | ")] for row in rows]
     return [(c[0], c[1], c[2]) for c in cells]
@@ -305,3 +333,59 @@ def test_p22_slow_tests_are_deselected_by_default_and_ci_runs_them_all() -> None
     assert len(runs) == 1
     marks = [runs[0][i + 1] for i, arg in enumerate(runs[0]) if arg == "-m"]
     assert marks[-1:] == ["slow or not slow"]  # the last -m wins over the one in addopts
+
+
+def test_the_version_has_one_source() -> None:
+    """pyproject.toml holds the version; the package and the host's manifest read it from the
+    installed metadata, and no other file repeats it."""
+    import tomllib
+
+    import plugin_memory_summary
+    from host_stub.config import HostConfig
+    from host_stub.plugins import get_plugin_manager
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "version"
+    ]
+    assert plugin_memory_summary.__version__ == version
+    for name in ("plugin.toml", "plugin_memory_summary/plugin.toml"):
+        assert "version =" not in (ROOT / name).read_text(encoding="utf-8"), name
+    assert f"## {version}" in (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    _, loaded = get_plugin_manager(HostConfig())
+    manifest = loaded["memory-summary"].manifest
+    assert manifest is not None and manifest.version == version
+
+
+async def test_the_readme_python_quick_start_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's Python quick start, as written, against its config example pointed at a
+    local OpenAI-compatible server (the only change: the model and the server's address)."""
+    from fake_openai import FakeOpenAIServer
+
+    config = next(b for b in code_blocks("toml") if b.startswith("[host]"))
+    source = next(b for b in code_blocks("python") if "open_host" in b)
+    assert source.rstrip().endswith("asyncio.run(main())")
+    with FakeOpenAIServer("Noted.", n_ctx=8192) as server:
+        # Two chat replies, then the summarizer's digest of the first exchange.
+        server.enqueue("Noted.", "Noted.", "Lena's booking reference is K7XQ2M.")
+        config = config.replace('model = "gpt-4o-mini"', 'model = "openai/fake-model"', 1)
+        config, n = re.subn(
+            r'^# api_base = "[^"]*"', f'api_base = "{server.base_url}"', config, flags=re.M
+        )
+        assert n == 1
+        (tmp_path / "host.toml").write_text(config, encoding="utf-8")
+        monkeypatch.chdir(tmp_path)
+        # No key anywhere: a host embedded in Python sends the placeholder to a local server.
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+        namespace: dict[str, Any] = {}
+        # Run main() in this test's event loop rather than a second one.
+        body = source.rstrip().removesuffix("asyncio.run(main())")
+        exec(compile(body, "README.md", "exec"), namespace)
+        await namespace["main"]()
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == ["Noted.", "Noted."]
+    status, summarized = out[2].split()
+    assert status == "done" and int(summarized) >= 1
+    assert "K7XQ2M" in "\n".join(out[3:])  # the summary keeps the booking reference
+    assert (tmp_path / "memory.db").exists()

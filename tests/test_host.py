@@ -83,6 +83,25 @@ def test_entry_point_lists_the_plugin() -> None:
     assert names["memory-summary"] == "plugin_memory_summary:create_plugin"
 
 
+def test_installed_plugins_are_looked_up_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command builds a plugin manager up to four times; the installed distributions are
+    scanned for plugins once."""
+    import host_stub.plugins as plugins
+
+    scans: list[str] = []
+
+    def counting(**params: Any) -> Any:
+        scans.append(params["group"])
+        return entry_points(**params)
+
+    monkeypatch.setattr(plugins, "entry_points", counting)
+    monkeypatch.setattr(plugins, "_installed", None)
+    for _ in range(3):
+        _, loaded = plugins.get_plugin_manager(HostConfig())
+        assert "memory-summary" in loaded
+    assert scans == [ENTRY_POINT_GROUP]
+
+
 def test_import_does_not_import_litellm() -> None:
     out = subprocess.run(
         [
@@ -485,3 +504,30 @@ async def test_a_plugin_tool_name_taken_twice_stops_the_host_at_start() -> None:
     with pytest.raises(ConfigError, match="agent tool 'lookup' is already registered"):
         await host.start()
     await host.stop()
+
+
+async def test_a_typed_receiver_gets_the_signal_payload_model() -> None:
+    from host_stub import signals
+    from host_stub.bus import EventBus
+
+    bus = EventBus()
+    seen: list[object] = []
+    kwargs_seen: list[dict[str, object]] = []
+
+    async def typed(sender: object, event: signals.SessionCompress) -> None:
+        seen.append(event)
+
+    def plain(sender: object, **payload: object) -> None:
+        kwargs_seen.append(payload)
+
+    bus.connect(signals.SESSION_COMPRESS, typed, typed=True)
+    bus.connect(signals.SESSION_COMPRESS, plain)
+    await bus.send(signals.SESSION_COMPRESS, request_id="r1", session_id="s", reason="auto")
+    assert len(seen) == 1 and isinstance(seen[0], signals.SessionCompress)
+    assert (seen[0].session_id, seen[0].reason, seen[0].usage_ratio) == ("s", "auto", None)
+    assert kwargs_seen == [
+        {"request_id": "r1", "session_id": "s", "reason": "auto", "usage_ratio": None}
+    ]
+    bus.disconnect(signals.SESSION_COMPRESS, typed)
+    await bus.send(signals.SESSION_COMPRESS, request_id="r2", session_id="s")
+    assert len(seen) == 1 and len(kwargs_seen) == 2

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import pkgutil
 import subprocess
 import sys
 import textwrap
 
 import plugin_memory_summary
-from plugin_memory_summary._patterns import LazyRegex
+from plugin_memory_summary.patterns import LazyRegex
 from plugin_memory_summary.redact import Redactor
+from plugin_memory_summary.report.screen import TERMINAL_SETTINGS
 
 #: Modules that ``import plugin_memory_summary`` (and ``create_plugin()``) must not load.
 NOT_AT_IMPORT = (
@@ -81,7 +83,7 @@ class LLM:
 
 
 class Bus:
-    def connect(self, name, receiver):
+    def connect(self, name, receiver, typed=False):
         pass
 
 
@@ -237,3 +239,53 @@ def test_commands_that_count_tokens_without_a_model_never_import_litellm(tmp_pat
         "demo",
     ]
     assert [name for name, imported in seen if imported] == []
+
+
+#: What the light commands must not import (seconds or tens of milliseconds each, and nothing
+#: they need): litellm, the tokenizer, rich, the ``regex`` engine and the summarizer.
+HEAVY = (
+    "litellm",
+    "tiktoken",
+    "rich",
+    "regex",
+    "plugin_memory_summary.summarize",
+    "plugin_memory_summary.rules",
+)
+
+_ONE_COMMAND = r"""
+import contextlib, io, json, sys
+from host_stub.cli import main
+
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    code = main(sys.argv[1:])
+assert code == 0, (sys.argv, code, out.getvalue())
+print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))
+"""
+
+
+def _heavy_loaded(argv: list[str]) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _ONE_COMMAND.format(heavy=HEAVY), *argv],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        env={k: v for k, v in os.environ.items() if k not in TERMINAL_SETTINGS},
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_light_commands_import_no_tokenizer_rich_regex_or_summarizer(tmp_path) -> None:
+    """``sessions`` and ``summary`` read what is stored: they import none of :data:`HEAVY`. A
+    ``replay`` whose output is not a terminal counts tokens (tiktoken) but draws no progress bar:
+    no rich, and without a compression no summarizer."""
+    (tmp_path / "chat.jsonl").write_text("\n".join(json.dumps(m) for m in _chat(30)) + "\n")
+    (tmp_path / "host.toml").write_text("[plugin.memory-summary]\nthreshold = 200\n")
+    db = str(tmp_path / "m.db")
+    config = ["--config", str(tmp_path / "host.toml")]
+    replay = _heavy_loaded(["replay", str(tmp_path / "chat.jsonl"), "--db", db, *config])
+    assert replay == ["tiktoken"]
+    assert _heavy_loaded(["sessions", "--db", db]) == []
+    assert _heavy_loaded(["summary", "chat", "--db", db, *config]) == []

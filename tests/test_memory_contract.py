@@ -936,11 +936,12 @@ async def test_search_in_a_session_larger_than_its_budget_reads_what_the_plan_sa
     memory: MemoryService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A search reads at most ``MAX_POSTINGS`` postings and scores at most ``RESCORE``
-    candidates in full (``_search.plan_search``, ``choose``): the same hits on every store."""
-    from host_stub.memory import _search
+    candidates in full (``search_plan.plan_search``, ``choose``): the same hits on every store."""
 
-    monkeypatch.setattr(_search, "MAX_POSTINGS", 6)
-    monkeypatch.setattr(_search, "RESCORE", 4)
+    from host_stub.memory import search_plan
+
+    monkeypatch.setattr(search_plan, "MAX_POSTINGS", 6)
+    monkeypatch.setattr(search_plan, "RESCORE", 4)
     # 30 messages, each holding "lantern"; "harbor" and "violet" in 5 and 19, "violet" in 12.
     # Each also lends its words to the next (so "harbor" is found in 4 messages, "violet" in 6).
     # Roles alternate: odd seqs are the user's.
@@ -961,9 +962,9 @@ async def test_search_in_a_session_larger_than_its_budget_reads_what_the_plan_sa
     assert await _search_seqs(memory, "s", "lantern harbor violet", limit=4) == [19, 5, 20, 6]
     # Only RESCORE candidates (or as many as results asked for) are scored in full: on equal
     # estimates the newer.
-    monkeypatch.setattr(_search, "RESCORE", 1)
+    monkeypatch.setattr(search_plan, "RESCORE", 1)
     assert await _search_seqs(memory, "s", "lantern harbor violet", limit=2) == [19, 20]
-    monkeypatch.setattr(_search, "RESCORE", 4)
+    monkeypatch.setattr(search_plan, "RESCORE", 4)
     # A common word alone: its newest 6 postings are read, so older messages holding it are
     # not found.
     assert await _search_seqs(memory, "s", "lantern", limit=6) == [30, 29, 28, 27, 26, 25]
@@ -996,11 +997,11 @@ async def test_search_with_tight_limits_finds_what_the_reference_finds(
     store returns: the same plan, read and ranked the same way."""
     import random
 
-    from host_stub.memory import _search
+    from host_stub.memory import search_plan
 
-    monkeypatch.setattr(_search, "MAX_POSTINGS", 25)
-    monkeypatch.setattr(_search, "MAX_PARTIAL", 12)
-    monkeypatch.setattr(_search, "RESCORE", 15)
+    monkeypatch.setattr(search_plan, "MAX_POSTINGS", 25)
+    monkeypatch.setattr(search_plan, "MAX_PARTIAL", 12)
+    monkeypatch.setattr(search_plan, "RESCORE", 15)
     rng = random.Random(4)
     words = [f"w{i}" for i in range(40)]
     weights = [1 / (i + 1) for i in range(40)]  # a few words in most messages, most in few
@@ -1277,11 +1278,11 @@ async def test_sqlite_file_format_and_persistence(tmp_path: Path) -> None:
 
 
 async def test_sqlite_schema_1_file_gets_its_search_index(tmp_path: Path) -> None:
-    from host_stub.memory.sqlite import _MIGRATIONS
+    from host_stub.memory.sqlite import MIGRATIONS
 
     path = tmp_path / "v1.db"
     with contextlib.closing(sqlite3.connect(path)) as raw:
-        raw.executescript(_MIGRATIONS[0])
+        raw.executescript(MIGRATIONS[0])
         raw.execute("INSERT INTO sessions VALUES ('s', 1, 4, 0), ('t', 0, 1, 0)")
         rows = [
             ("s", 1, 0, "user", "message", '{"content":"old epoch kyoto"}', None),
@@ -1356,13 +1357,13 @@ async def _assert_upgraded(store: MemoryService) -> None:
 async def test_sqlite_schema_4_file_keeps_its_messages_and_gets_search_counts(
     tmp_path: Path,
 ) -> None:
-    from host_stub.memory._common import body_of
-    from host_stub.memory.sqlite import _MIGRATIONS, _backfill_search
+    from host_stub.memory.common import body_of
+    from host_stub.memory.sqlite import MIGRATIONS, backfill_search
 
     path = tmp_path / "v4.db"
     with contextlib.closing(sqlite3.connect(path)) as raw:
         for version in range(4):  # schema 4: messages and the FTS5 index, no counts
-            raw.executescript(_MIGRATIONS[version])
+            raw.executescript(MIGRATIONS[version])
         raw.execute("INSERT INTO sessions VALUES ('s', 0, 8, 0), ('t', 0, 1, 0)")
         rows = [
             ("s", i, m.role, body_of(m), "summarized" if i in (3, 7) else None)
@@ -1372,7 +1373,7 @@ async def test_sqlite_schema_4_file_keeps_its_messages_and_gets_search_counts(
         raw.executemany(
             "INSERT INTO messages VALUES (?, ?, 0, ?, 'message', ?, 1, ?, NULL, 0)", rows
         )
-        _backfill_search(raw)
+        backfill_search(raw)
         raw.execute("PRAGMA user_version = 4")
         raw.commit()
     store = SQLiteMemory(path, count_tokens)
@@ -1457,7 +1458,7 @@ async def test_sqlite_search_counts_follow_deletes_clears_and_forget(tmp_path: P
 async def test_postgres_search_counts_follow_deletes_clears_and_forget(pg: str) -> None:
     import asyncpg
 
-    from host_stub.memory.postgres import _entry_of
+    from host_stub.memory.postgres import entry_of
 
     store = open_memory(pg, count_tokens)
     try:
@@ -1478,8 +1479,7 @@ async def test_postgres_search_counts_follow_deletes_clears_and_forget(pg: str) 
                 r["search_key"],
             )
             entries = [
-                tuple(" ".join(part) for part in _entry_of(v["v"], r["search_key"]))
-                for v in vectors
+                tuple(" ".join(part) for part in entry_of(v["v"], r["search_key"])) for v in vectors
             ]
             docs, length, dfs = _recount(entries)  # type: ignore[arg-type]
             assert (r["search_docs"], r["search_length"]) == (docs, pytest.approx(length))
@@ -1762,8 +1762,8 @@ async def test_postgres_schema_3_keeps_its_messages_and_gets_session_keyed_searc
 ) -> None:
     import asyncpg
 
-    from host_stub.memory._common import body_of
-    from host_stub.memory.postgres import _MIGRATIONS, PostgresMemory
+    from host_stub.memory.common import body_of
+    from host_stub.memory.postgres import MIGRATIONS, PostgresMemory
 
     [schema] = parse_qs(urlsplit(pg).query)["schema"]
     old = PostgresMemory(pg, count_tokens)  # only for its SQL helpers: never opened
@@ -1775,25 +1775,23 @@ async def test_postgres_schema_3_keeps_its_messages_and_gets_session_keyed_searc
             " (id integer PRIMARY KEY DEFAULT 1 CHECK (id = 1), version integer NOT NULL)"
         )
         for version in range(3):  # schema 3: tsvectors of plain terms, no counts
-            for statement in _MIGRATIONS[version]:
-                await conn.execute(old._sql(statement))
-        await conn.execute(
-            old._sql("INSERT INTO {p}sessions VALUES ('s', 0, 8, 0), ('t', 0, 1, 0)")
-        )
+            for statement in MIGRATIONS[version]:
+                await conn.execute(old.sql(statement))
+        await conn.execute(old.sql("INSERT INTO {p}sessions VALUES ('s', 0, 8, 0), ('t', 0, 1, 0)"))
         rows = [
             ("s", i, m.role, body_of(m), "summarized" if i in (3, 7) else None)
             for i, m in enumerate(_old_messages(), 1)
         ]
         rows.append(("t", 1, "user", body_of(user("Kyoto ryokan in session t")), None))
         await conn.executemany(
-            old._sql(
+            old.sql(
                 "INSERT INTO {p}messages VALUES ($1, $2, 0, $3, 'message', $4, 1, $5, NULL, 0)"
             ),
             rows,
         )
-        await old._backfill_search(conn)
+        await old.backfill_search(conn)
         await conn.execute(
-            old._sql("INSERT INTO {p}memory_schema_version (id, version) VALUES (1, 3)")
+            old.sql("INSERT INTO {p}memory_schema_version (id, version) VALUES (1, 3)")
         )
     finally:
         await conn.close()
@@ -2100,3 +2098,16 @@ async def test_redis_urls(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "host_stub.memory.redis", raising=False)
     with pytest.raises(ModuleNotFoundError, match=r"pip install 'plugin-memory-summary\[redis\]'"):
         open_memory("redis://127.0.0.1:6379/0", count_tokens)
+
+
+def test_postgres_connections_run_small_statements_without_jit_or_workers() -> None:
+    """A search's statements are small, but the planner cannot tell how rare a session's
+    lexemes are: its estimates passed jit_above_cost and each search paid about 12 ms compiling
+    (at 300,000 indexed messages). The pool's connections turn JIT and parallel workers off,
+    unless the URL sets them."""
+    from host_stub.memory.postgres import server_settings
+
+    url = "postgresql://postgres@127.0.0.1:5432/test"
+    assert server_settings(url) == {"max_parallel_workers_per_gather": "0", "jit": "off"}
+    assert server_settings(url + "?jit=on") == {"max_parallel_workers_per_gather": "0"}
+    assert server_settings(url + "?max_parallel_workers_per_gather=2&jit=on") == {}

@@ -472,8 +472,8 @@ def test_identifier_sources_are_bookkeeping_only() -> None:
         identifiers=["K7XQ2M", "HAT001"],
         identifier_sources={"user": ["K7XQ2M"], "tool": ["HAT001"]},
     )
-    assert render_payload(payload) == "Summary: Trip.\nIdentifiers: K7XQ2M, HAT001"
-    assert render_payload(payload, "zh") == "摘要：Trip.\n标识符：K7XQ2M, HAT001"
+    assert render_payload(payload) == "Summary: Trip.\nIdentifiers: K7XQ2M HAT001"
+    assert render_payload(payload, "zh") == "摘要：Trip.\n标识符：K7XQ2M HAT001"
     # Stored and read back (the summary record is JSON).
     assert SummaryPayload.model_validate(payload.model_dump(mode="json")) == payload
     # A damaged field never makes a payload unreadable: unknown sources and non-strings go.
@@ -568,7 +568,7 @@ def test_render_chinese_and_only_non_empty_sections() -> None:
     text = render_payload(
         SummaryPayload(summary="摘要内容", identifiers=["A12345", "B12345"]), "zh"
     )
-    assert text == "摘要：摘要内容\n标识符：A12345, B12345"
+    assert text == "摘要：摘要内容\n标识符：A12345 B12345"
     assert "目标" in render_payload(full_payload(), "zh-CN")
     assert render_payload(SummaryPayload()) == ""
     assert render_payload(SummaryPayload(summary="line 1\nline 2")) == "Summary:\nline 1\nline 2"

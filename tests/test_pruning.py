@@ -170,3 +170,15 @@ async def test_pruning_saves_the_summarizer_calls_the_tool_output_would_have_cos
     whole = await compressions({"prune_keep_tool_groups": None, "tool_result_max_share": 0})
     assert whole > 0
     assert pruned < whole
+
+
+def test_a_cut_just_under_a_result_size_never_makes_it_longer() -> None:
+    messages = chat(1)
+    result = next(m for m in messages if m.role == "tool")
+    assert result.tokens is not None
+    for limit in range(result.tokens - 30, result.tokens):
+        out = prune_replacements(
+            messages, keep_tool_groups=1, max_result_tokens=limit, count_tokens=count
+        )
+        if result.seq in out:
+            assert count(out[result.seq]) <= limit + 1

@@ -1,4 +1,4 @@
-"""The search's shared decisions (``host_stub.memory._search``): which postings a search reads,
+"""The search's shared decisions (``host_stub.memory.search_plan``): which postings a search reads,
 which candidates it scores in full, and the BM25 every backend ranks with. Pure functions; the
 backends' use of them is in the memory contract suite."""
 
@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from host_stub.memory import _search
-from host_stub.memory._search import (
+from host_stub.memory import search_plan
+from host_stub.memory.search_plan import (
     Plan,
     Read,
     choose,
@@ -55,30 +55,30 @@ def test_conjunctions_go_most_selective_first_then_the_newest_of_the_rarest() ->
         Read((1, 0), 556),
     ]
     plan = plan_search(["a", "b"], [7000, 3000], 10**6, 1e7, budget=1000)
-    assert plan.reads == [Read((1, 0), 58), Read((1,), _search.MAX_PARTIAL)]
+    assert plan.reads == [Read((1, 0), 58), Read((1,), search_plan.MAX_PARTIAL)]
     assert plan.probes == [1, 0]
     # Only the rarest CONJOINED of them, MAX_CONJUNCTIONS combinations at most.
     plan = plan_search(list("abcdef"), [2000] * 6, 10**6, 1e7, budget=1000)
     assert all(set(r.terms) <= {0, 1, 2} for r in plan.reads)
-    assert 0 < len([r for r in plan.reads if len(r.terms) > 1]) <= _search.MAX_CONJUNCTIONS
+    assert 0 < len([r for r in plan.reads if len(r.terms) > 1]) <= search_plan.MAX_CONJUNCTIONS
 
 
 def test_equal_frequencies_go_in_query_order() -> None:
     plan = plan_search(["a", "b", "c"], [600, 600, 600], 10**6, 1e7, budget=1000)
     assert plan.reads[0] == Read((0,), None)
     assert plan.reads[1].terms == (1, 2)
-    assert plan.reads[-1] == Read((1,), min(382, _search.MAX_PARTIAL))
+    assert plan.reads[-1] == Read((1,), min(382, search_plan.MAX_PARTIAL))
 
 
 def test_the_module_limits_are_read_at_call_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_search, "MAX_POSTINGS", 10)
-    monkeypatch.setattr(_search, "MAX_PARTIAL", 3)
-    monkeypatch.setattr(_search, "MAX_PROBES", 0)
+    monkeypatch.setattr(search_plan, "MAX_POSTINGS", 10)
+    monkeypatch.setattr(search_plan, "MAX_PARTIAL", 3)
+    monkeypatch.setattr(search_plan, "MAX_PROBES", 0)
     plan = plan_search(["a", "b"], [4, 50], 100, 1000.0)
     assert plan.reads == [Read((0,), None), Read((1,), 3)] and plan.probes == []
     # A search asking for more results reads as many.
     assert plan_search(["a", "b"], [4, 50], 100, 1000.0, limit=20).reads[-1] == Read((1,), 16)
-    monkeypatch.setattr(_search, "RESCORE", 1)
+    monkeypatch.setattr(search_plan, "RESCORE", 1)
     assert choose(plan, {0: {1, 2}}) == [2]
     assert choose(plan, {0: {1, 2}}, limit=2) == [1, 2]  # never fewer than asked for
 
@@ -90,7 +90,7 @@ def _plan(dfs: list[int], n_docs: int = 1000) -> Plan:
 @pytest.fixture
 def rescore_none(monkeypatch: pytest.MonkeyPatch) -> None:
     """Candidates scored in full: exactly as many as results asked for."""
-    monkeypatch.setattr(_search, "RESCORE", 0)
+    monkeypatch.setattr(search_plan, "RESCORE", 0)
 
 
 @pytest.mark.usefixtures("rescore_none")
@@ -155,19 +155,19 @@ def test_score_is_bm25_with_the_lent_terms_at_half_weight() -> None:
 
 
 def test_a_word_too_long_to_type_is_neither_indexed_nor_searched() -> None:
-    long_word = "x" * (_search.MAX_TERM_BYTES + 1)
+    long_word = "x" * (search_plan.MAX_TERM_BYTES + 1)
     assert index_terms(f"key {long_word} value") == ["key", "value"]
     assert query_terms(long_word) == []
     # A long identifier within the limit stays.
     assert index_terms("a" * 200) == ["a" * 200]
     # Multi-byte characters count in bytes.
-    assert query_terms("é" * (_search.MAX_TERM_BYTES // 2 + 1)) == []
+    assert query_terms("é" * (search_plan.MAX_TERM_BYTES // 2 + 1)) == []
 
 
 def test_the_readme_states_the_limits_the_code_has() -> None:
     from pathlib import Path
 
-    text = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
-    assert f"reads about {_search.MAX_POSTINGS:,} postings at most" in text
-    assert f"the {_search.RESCORE} best by the rarity" in text
-    assert f"a session of up to {_search.MAX_POSTINGS:,} messages every match" in text
+    text = " ".join((Path(__file__).parents[1] / "docs" / "usage.md").read_text().split())
+    assert f"reads about {search_plan.MAX_POSTINGS:,} postings at most" in text
+    assert f"the {search_plan.RESCORE} best by the rarity" in text
+    assert f"a session of up to {search_plan.MAX_POSTINGS:,} messages every match" in text

@@ -157,3 +157,16 @@ def test_defaults_fill_the_window_of_any_size(window: int, reserve: int) -> None
     assert after >= config.fill_target * window - 100
     # The summary never takes the whole room the fill target leaves: the tail keeps a tenth.
     assert kept >= 0.1 * (config.fill_target * window - 100 - reserve) - 50
+
+
+def test_a_cut_overview_line_is_replaced_not_kept_beside_the_new_one() -> None:
+    previous = SummaryPayload(summary="Messages #1-#598…\nThe user flies on Fridays.")
+    messages = [Message(role="user", content="Please book flight HAT123 on 2024-05-20.", seq=600)]
+    payload = rules_merge(
+        previous, messages, budget_tokens=400, count_tokens=count, caps=PayloadCaps(), lang="en"
+    )
+    lines = payload.summary.split("\n")
+    assert [line for line in lines if line.startswith("Messages #1-")] == [
+        "Messages #1-#600 summarized."
+    ]
+    assert "The user flies on Fridays." in lines

@@ -159,8 +159,92 @@ def test_a_missing_encoding_falls_back_to_the_bundled_one(
 ) -> None:
     """An encoding the bundled directory lacks is never downloaded: cl100k_base counts instead."""
     monkeypatch.setattr(socket.socket, "connect", lambda *a: (_ for _ in ()).throw(OSError("net")))
-    tokenizer._encoding.cache_clear()
+    tokenizer.get_encoding.cache_clear()
     try:
-        assert tokenizer._encoding("r50k_base").name == "cl100k_base"
+        assert tokenizer.get_encoding("r50k_base").name == "cl100k_base"
     finally:
-        tokenizer._encoding.cache_clear()
+        tokenizer.get_encoding.cache_clear()
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_the_cached_tables_are_the_bundled_ones(
+    name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """An encoding read back from the cache file has the bundled file's tables, rank for rank."""
+    from tiktoken_ext.openai_public import ENCODING_CONSTRUCTORS
+
+    monkeypatch.setenv("HOST_STUB_CACHE_DIR", str(tmp_path))
+    bundled = ENCODING_CONSTRUCTORS[name]()
+    tokenizer.get_encoding.cache_clear()
+    try:
+        tokenizer.get_encoding(name)  # parses the bundled file, writes the cache
+        (cached,) = tmp_path.glob(f"tiktoken-{name}-*.marshal")
+        spec = tokenizer.read_spec(cached)
+        assert spec is not None
+        assert spec["mergeable_ranks"] == bundled["mergeable_ranks"]
+        assert spec["special_tokens"] == bundled["special_tokens"]
+        assert spec["pat_str"] == bundled["pat_str"]
+        tokenizer.get_encoding.cache_clear()
+        assert tokenizer.get_encoding(name)._mergeable_ranks == bundled["mergeable_ranks"]
+    finally:
+        tokenizer.get_encoding.cache_clear()
+
+
+def test_a_damaged_cache_file_is_parsed_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """A cache file cut short, holding too few ranks or other keys is not used: the bundled file
+    is parsed again and the cache rewritten."""
+    import marshal
+
+    monkeypatch.setenv("HOST_STUB_CACHE_DIR", str(tmp_path))
+    text = "Hello 世界, 我对花生严重过敏。"
+    tokenizer.get_encoding.cache_clear()
+    try:
+        expected = len(tokenizer.get_encoding("cl100k_base").encode(text))
+        (cached,) = tmp_path.glob("tiktoken-cl100k_base-*.marshal")
+        good = cached.read_bytes()
+        spec = marshal.loads(good)
+        few = dict(spec, mergeable_ranks={b"a": 0, b"b": 1})
+        other = {"ranks": spec["mergeable_ranks"], "pat_str": spec["pat_str"]}
+        for damaged in (good[: len(good) // 2], marshal.dumps(few), marshal.dumps(other)):
+            cached.write_bytes(damaged)
+            assert tokenizer.read_spec(cached) is None
+            tokenizer.get_encoding.cache_clear()
+            assert len(tokenizer.get_encoding("cl100k_base").encode(text)) == expected
+            assert tokenizer.read_spec(cached) is not None  # rewritten
+    finally:
+        tokenizer.get_encoding.cache_clear()
+
+
+def test_the_cached_catalog_gives_the_windows_and_encodings_of_the_bundled_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The catalog read back from the cache answers every model as the bundled file does: the
+    window, the output limit and the encoding choice; a damaged cache file is parsed again."""
+    import json
+
+    monkeypatch.setenv("HOST_STUB_CACHE_DIR", str(tmp_path))
+    root = tokenizer.litellm_dir()
+    assert root is not None
+    full = json.loads((root / "model_prices_and_context_window_backup.json").read_text("utf-8"))
+    names = [n for n, e in full.items() if n != "sample_spec" and isinstance(e, dict)]
+    assert len(names) > 1000
+
+    def answers() -> list[Any]:
+        tokenizer.encoding_name_for.cache_clear()
+        return [(tokenizer.catalog_limits(n), tokenizer.encoding_name_for(n)) for n in names]
+
+    monkeypatch.setattr(tokenizer, "_catalog", full)  # the whole file, as parsed
+    expected = answers()
+    monkeypatch.setattr(tokenizer, "_catalog", None)
+    written = answers()  # parses the file, writes the cache
+    (cached,) = tmp_path.glob("catalog-*.marshal")
+    monkeypatch.setattr(tokenizer, "_catalog", None)
+    read_back = answers()  # from the cache
+    assert written == expected and read_back == expected
+    cached.write_bytes(cached.read_bytes()[:1000])
+    monkeypatch.setattr(tokenizer, "_catalog", None)
+    assert answers() == expected
+    assert tokenizer.read_catalog(cached) is not None  # rewritten
+    tokenizer.encoding_name_for.cache_clear()

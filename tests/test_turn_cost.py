@@ -8,6 +8,10 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from host_stub.config import HostConfig
 from host_stub.hookspecs import PromptView, hookimpl
 from host_stub.host import Host
@@ -122,7 +126,7 @@ async def test_sqlite_reads_the_active_history_through_its_index(tmp_path: Path)
     path = tmp_path / "m.db"
     # A store written by the previous schema (version 1) is migrated on open.
     raw = sqlite3.connect(path)
-    for statement in sqlite_store._MIGRATIONS[0].split(";"):
+    for statement in sqlite_store.MIGRATIONS[0].split(";"):
         if statement.strip():
             raw.execute(statement)
     raw.execute("PRAGMA user_version = 1")
@@ -140,9 +144,152 @@ async def test_sqlite_reads_the_active_history_through_its_index(tmp_path: Path)
         assert raw.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.SCHEMA_VERSION
         traced: list[str] = []
         raw.set_trace_callback(traced.append)
-        rows = sqlite_store._message_rows(raw, "s", archived=False)
+        rows = sqlite_store.message_rows(raw, "s", archived=False)
         assert [r[0] for r in rows] == [46, 47, 48, 49, 50]
         plan = raw.execute("EXPLAIN QUERY PLAN " + traced[-1].replace("'s'", "?"), ("s",))
         assert any("messages_active" in str(row) for row in plan.fetchall())
     finally:
         raw.close()
+
+
+async def test_in_memory_reads_copy_only_the_mutable_parts_of_a_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A snapshot of plain text messages deep-copies none of them (strings cannot change); the
+    parts a caller could change (list content, tool calls, metadata) are still copies."""
+    from host_stub.messages import ToolCall, ToolCallFunction
+
+    memory = InMemoryMemory(token_counter=lambda m: 1)
+    await memory.append("s", [Message(role="user", content=f"m{i}") for i in range(50)])
+    deep: list[Any] = []
+    real = Message.__deepcopy__
+
+    def counting(self: Any, memo: Any = None) -> Any:
+        deep.append(type(self).__name__)
+        return real(self, memo)
+
+    from host_stub.services import MetadataEntry
+
+    record = {"summary": "Goal: a table for 4", "facts": [{"id": "RES-1"}]}
+    await memory.save_metadata("summary", "s", record)
+    monkeypatch.setattr(Message, "__deepcopy__", counting)
+    monkeypatch.setattr(MetadataEntry, "__deepcopy__", counting)
+    snap = await memory.snapshot("s")
+    assert len(snap.messages) == 50 and deep == []
+    monkeypatch.setattr(Message, "__deepcopy__", real)
+    assert snap.record is not None and snap.record.value == record
+    snap.record.value["facts"].append("changed")  # type: ignore[index]
+    again_record = (await memory.snapshot("s")).record
+    assert again_record is not None and again_record.value == record
+
+    call = ToolCall(id="c1", function=ToolCallFunction(name="f", arguments="{}"), index=0)
+    await memory.append(
+        "t",
+        [
+            Message(role="user", content=[{"type": "text", "text": "hi"}], metadata={"k": ["v"]}),
+            Message(role="assistant", tool_calls=[call]),
+        ],
+    )
+    first, second = (await memory.snapshot("t")).messages
+    assert isinstance(first.content, list) and second.tool_calls
+    first.content[0]["text"] = "changed"
+    first.metadata["k"].append("w")
+    second.tool_calls[0].function.name = "g"
+    second.tool_calls.append(call)
+    again = (await memory.snapshot("t")).messages
+    assert again[0].content == [{"type": "text", "text": "hi"}]
+    assert again[0].metadata == {"k": ["v"]}
+    assert again[1].tool_calls is not None and len(again[1].tool_calls) == 1
+    assert again[1].tool_calls[0].function.name == "f"
+
+
+async def test_an_append_reuses_the_terms_of_the_message_before() -> None:
+    """The search index lends a message the terms of the one before: an append computes the
+    new message's terms only, not those of the message stored before it again."""
+    from host_stub.memory import inmemory
+
+    memory = InMemoryMemory(token_counter=lambda m: 1)
+    await memory.append("s", [Message(role="user", content="booking reference alpha")])
+    import host_stub.memory.search_plan as search
+
+    own = search.own_terms
+    calls: list[Any] = []
+
+    def counting_own(message: Any) -> Any:
+        calls.append(message.content)
+        return own(message)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(inmemory, "own_terms", counting_own)
+        patch.setattr(search, "own_terms", counting_own)
+        await memory.append("s", [Message(role="user", content="hotel confirmation beta")])
+    assert calls == ["hotel confirmation beta"]
+    hits = await memory.search("s", "alpha")
+    assert [h.message.seq for h in hits][:1] == [1]
+
+
+async def test_messages_the_last_prompt_sent_are_not_counted_again() -> None:
+    """After the history moved (the oldest archived between turns), the messages the previous
+    prompt sent keep their counts: only the new ones are counted."""
+    counted: list[str] = []
+
+    class Counting(FakeLLM):
+        def count_tokens(self, messages_or_text: Any, model: str | None = None) -> int:
+            if isinstance(messages_or_text, list):
+                counted.extend(str(m.get("content")) for m in messages_or_text)
+            return super().count_tokens(messages_or_text, model)
+
+    memory = InMemoryMemory(token_counter=lambda m: 5)
+    async with Host(NO_ENTRY_POINTS, memory=memory, llm=Counting(default="ok")) as host:
+        for i in range(6):
+            last = await host.run_turn(
+                "s", f"q{i}", recorded=[Message(role="assistant", content=f"a{i}")]
+            )
+        previous = {str(m["content"]) for m in last.sent[-1]}
+        await memory.trim_history("s", keep_recent=6)
+        counted.clear()
+        result = await host.run_turn("s", "q6", recorded=[Message(role="assistant", content="a6")])
+        assert result.outcome == "replied"
+        sent = [m["content"] for m in result.sent[-1] if m["role"] != "system"]
+        assert sent == ["q3", "a3", "q4", "a4", "q5", "a5", "q6"]
+        assert {"a5", "q6"} <= set(counted)  # new to the prompt
+        assert [c for c in counted if c in previous] == []
+        usage = result.usage[-1]
+        assert usage.message_tokens == sum(host.llm.count_tokens([m]) for m in result.sent[-1])
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=80))
+def test_ascii_text_is_split_into_the_same_words_in_one_scan(text: str) -> None:
+    """ASCII text (most messages) is cut into word runs by one regular-expression scan; the
+    runs are those of the test per character that any other text gets."""
+    from host_stub.memory import search_plan
+
+    assert list(search_plan.word_runs(text)) == list(search_plan.word_runs_per_char(text))
+
+
+def test_only_text_outside_ascii_is_tested_per_character(monkeypatch: pytest.MonkeyPatch) -> None:
+    from host_stub.memory import search_plan
+
+    seen: list[str] = []
+    real = search_plan.word_runs_per_char
+    monkeypatch.setattr(
+        search_plan, "word_runs_per_char", lambda text: seen.append(text) or real(text)
+    )
+    assert search_plan.index_terms("Booked RES-4711, table_12") == [
+        "book",
+        "res",
+        "4711",
+        "table",
+        "12",
+    ]
+    assert seen == []
+    assert search_plan.index_terms("我对花生过敏 ok") == [
+        "我对",
+        "对花",
+        "花生",
+        "生过",
+        "过敏",
+        *"我对花生过敏",
+        "ok",
+    ]
+    assert seen == ["我对花生过敏 ok"]

@@ -20,7 +20,7 @@ from urllib.parse import unquote
 
 from ..messages import Message
 from ..services import MemoryService
-from ._common import redact_url
+from .common import redact_url
 from .inmemory import InMemoryMemory
 from .sqlite import SQLiteMemory
 

@@ -32,7 +32,7 @@ kept when many connections write at once:
   lent one).
   ``search_terms`` (each term's document frequency per session key) and the session's
   ``search_docs``/``search_length`` are written in the transaction that indexes or unindexes,
-  under the session's row lock. A search follows ``_search.plan_search`` in four or five
+  under the session's row lock. A search follows ``search_plan.plan_search`` in four or five
   statements: the counts; the newest postings of one term, if planned (from a widening window
   of the newest seqs); the other reads and the probes (one statement of ``@@`` reads, a
   conjunction intersected in the index); the chosen candidates'
@@ -70,7 +70,7 @@ from ..services import (
     Snapshot,
 )
 from ..session_ids import check_session_id
-from ._common import (
+from .common import (
     TokenCounter,
     body_of,
     check_limit,
@@ -86,7 +86,7 @@ from ._common import (
     to_datetime,
     tokens_of,
 )
-from ._search import (
+from .search_plan import (
     CONTEXT_SPAN,
     CONTEXT_WEIGHT,
     Indexed,
@@ -103,13 +103,13 @@ from ._search import (
     with_context,
 )
 
-__all__ = ["SCHEMA_VERSION", "PostgresMemory", "redact_url"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "PostgresMemory", "entry_of", "redact_url"]
 
-#: Stored in ``memory_schema_version``; bump it and add a step to ``_MIGRATIONS`` on changes.
+#: Stored in ``memory_schema_version``; bump it and add a step to ``MIGRATIONS`` on changes.
 SCHEMA_VERSION = 4
 
 #: Migration steps, from version ``n`` to ``n + 1``. ``{p}`` is the schema prefix.
-_MIGRATIONS: dict[int, list[str]] = {
+MIGRATIONS: dict[int, list[str]] = {
     0: [
         """CREATE TABLE IF NOT EXISTS {p}sessions (
             session_id text PRIMARY KEY,
@@ -147,7 +147,7 @@ _MIGRATIONS: dict[int, list[str]] = {
         )""",
     ],
     # The search index: the message's terms as a tsvector (NULL: not searchable), filled for
-    # the stored messages by ``_backfill_search``.
+    # the stored messages by ``backfill_search``.
     1: [
         "ALTER TABLE {p}messages ADD COLUMN IF NOT EXISTS search tsvector NULL",
         "CREATE INDEX IF NOT EXISTS messages_search ON {p}messages USING gin (search)",
@@ -155,7 +155,7 @@ _MIGRATIONS: dict[int, list[str]] = {
     # 2 -> 3: fencing tokens. A lease row stays after its release (token emptied) so the fence
     # of its next holder keeps growing.
     2: ["ALTER TABLE {p}leases ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0"],
-    # 3 -> 4: a search reads only the postings it needs (see _search.plan_search), from a table
+    # 3 -> 4: a search reads only the postings it needs (see search_plan.plan_search), from a table
     # of its own: ``search_docs``, one row per indexed message, without the message's body (a
     # search visits the row of each posting it reads). Each
     # session gets a key its lexemes start with ("<key>_<term>"), so the GIN index holds one
@@ -289,7 +289,7 @@ class PostgresMemory:
 
     # -- pool, schema and transactions --------------------------------------------------------
 
-    def _sql(self, text: str) -> str:
+    def sql(self, text: str) -> str:
         return text.replace("{p}", self._p)
 
     def _cannot_connect(self, exc: BaseException) -> ConnectionError:
@@ -332,7 +332,7 @@ class PostgresMemory:
                 max_size=self._pool_max,
                 command_timeout=self._command_timeout,
                 timeout=self._connect_timeout,
-                server_settings=_server_settings(self._dsn),
+                server_settings=server_settings(self._dsn),
             )
         except ValueError as exc:  # asyncpg's ClientConfigurationError is one
             raise ValueError(f"memory URL {self.url!r}: {error_line(exc)}") from None
@@ -361,14 +361,14 @@ class PostgresMemory:
                 if not exists:
                     await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote_ident(self.schema)}")
             await conn.execute(
-                self._sql(
+                self.sql(
                     "CREATE TABLE IF NOT EXISTS {p}memory_schema_version ("
                     " id integer PRIMARY KEY DEFAULT 1 CHECK (id = 1),"
                     " version integer NOT NULL)"
                 )
             )
             version = await conn.fetchval(
-                self._sql("SELECT version FROM {p}memory_schema_version WHERE id = 1")
+                self.sql("SELECT version FROM {p}memory_schema_version WHERE id = 1")
             )
             version = 0 if version is None else int(version)
             if version > SCHEMA_VERSION:
@@ -379,15 +379,15 @@ class PostgresMemory:
             if version == SCHEMA_VERSION:
                 return
             while version < SCHEMA_VERSION:
-                for statement in _MIGRATIONS[version]:
-                    await conn.execute(self._sql(statement))
+                for statement in MIGRATIONS[version]:
+                    await conn.execute(self.sql(statement))
                 if version == 1:
-                    await self._backfill_search(conn)
+                    await self.backfill_search(conn)
                 if version == 3:
                     await self._convert_search(conn)
                 version += 1
             await conn.execute(
-                self._sql(
+                self.sql(
                     "INSERT INTO {p}memory_schema_version (id, version) VALUES (1, $1)"
                     " ON CONFLICT (id) DO UPDATE SET version = excluded.version"
                 ),
@@ -446,7 +446,7 @@ class PostgresMemory:
     async def _locked_epoch(self, conn: Any, session_id: str) -> int | None:
         """Lock the session's row and return its epoch; ``None`` (nothing locked) if no row."""
         return await conn.fetchval(
-            self._sql("SELECT epoch FROM {p}sessions WHERE session_id = $1 FOR UPDATE"),
+            self.sql("SELECT epoch FROM {p}sessions WHERE session_id = $1 FOR UPDATE"),
             session_id,
         )
 
@@ -463,7 +463,7 @@ class PostgresMemory:
             # The upsert locks the session's row until commit: the counter is taken, and the
             # messages inserted, while no other append on this session can commit.
             row = await conn.fetchrow(
-                self._sql(
+                self.sql(
                     "INSERT INTO {p}sessions AS s (session_id, epoch, last_seq, updated_at)"
                     f" VALUES ($1, 0, $2, {_NOW})"
                     " ON CONFLICT (session_id) DO UPDATE"
@@ -479,7 +479,7 @@ class PostgresMemory:
             previous = None
             if first > 1 and any(own is not None for own in owns):
                 prev = await conn.fetch(
-                    self._sql(
+                    self.sql(
                         f"SELECT {_PREFIXED_COLUMNS} FROM {{p}}messages m"
                         " WHERE m.session_id = $1 AND m.seq = (SELECT max(d.seq)"
                         " FROM {p}search_docs d WHERE d.search_key = $4"
@@ -493,7 +493,7 @@ class PostgresMemory:
                 previous = own_terms(_rows_to_messages(prev)[0]) if prev else None
             indexed = with_context(owns, previous)
             await conn.execute(
-                self._sql(
+                self.sql(
                     "INSERT INTO {p}messages (session_id, seq, epoch, role, kind, body, tokens,"
                     " archived, archived_at, created_at)"
                     f" SELECT $1, t.seq, $2, t.role, t.kind, t.body, t.tokens, NULL, NULL, {_NOW}"
@@ -554,7 +554,7 @@ class PostgresMemory:
         if not terms or not limit:
             return []
         async with self._conn() as conn:
-            stats = await conn.fetchrow(self._sql(_SEARCH_STATS), session_id, terms)
+            stats = await conn.fetchrow(self.sql(_SEARCH_STATS), session_id, terms)
             if stats is None or not stats["search_docs"]:
                 return []
             key = int(stats["search_key"])
@@ -574,7 +574,7 @@ class PostgresMemory:
                     )
             sql, args = _reads_sql(plan, key, role, newest)
             tagged: dict[str, set[int]] = {}
-            for r in await conn.fetch(self._sql(sql), key, *args) if sql else []:
+            for r in await conn.fetch(self.sql(sql), key, *args) if sql else []:
                 tagged[r["tag"]] = set(r["seqs"])
             holders: dict[int, set[int]] = {}
             found: set[int] = set()
@@ -591,7 +591,7 @@ class PostgresMemory:
                 holders.setdefault(i, set()).update(tagged.get(f"p{i}", set()) & found)
             chosen = choose(plan, holders, limit)
             entries = await conn.fetch(
-                self._sql(
+                self.sql(
                     "SELECT seq, search::text AS v, length FROM {p}search_docs"
                     " WHERE search_key = $1 AND seq = ANY($2::bigint[])"
                 ),
@@ -612,7 +612,7 @@ class PostgresMemory:
             if not best:
                 return []
             rows = await conn.fetch(
-                self._sql(
+                self.sql(
                     f"SELECT {_MESSAGE_COLUMNS}, created_at FROM {{p}}messages"
                     " WHERE session_id = $1 AND seq = ANY($2::bigint[])"
                 ),
@@ -640,7 +640,7 @@ class PostgresMemory:
         span = (3 * k * last_seq) // (2 * max(1, plan.dfs[i])) + 1
         query = _quote_lexeme(_lexeme(key, plan.terms[i]))
         role_sql = " AND role = $5" if role is not None else ""
-        sql = self._sql(
+        sql = self.sql(
             "SELECT seq FROM {p}search_docs WHERE search_key = $1 AND seq >= $2"
             f" AND search @@ $3::tsquery{role_sql} ORDER BY seq DESC LIMIT $4"
         )
@@ -654,7 +654,7 @@ class PostgresMemory:
     async def get_range(self, session_id: str, from_seq: int, to_seq: int) -> list[Message]:
         async with self._conn() as conn:
             rows = await conn.fetch(
-                self._sql(
+                self.sql(
                     f"SELECT {_PREFIXED_COLUMNS} FROM {{p}}messages m"
                     " JOIN {p}sessions s ON s.session_id = m.session_id"
                     " JOIN {p}search_docs d ON d.search_key = s.search_key AND d.seq = m.seq"
@@ -681,7 +681,7 @@ class PostgresMemory:
             if await self._locked_epoch(conn, session_id) is None:
                 return []  # no row, no messages
             rows = await conn.fetch(
-                self._sql(
+                self.sql(
                     "SELECT seq, kind, role FROM {p}messages"
                     " WHERE session_id = $1 AND archived IS NULL ORDER BY seq"
                 ),
@@ -721,7 +721,7 @@ class PostgresMemory:
             if version is None:
                 return False  # compare-and-set lost: nothing was written
             rows = await conn.fetch(
-                self._sql(
+                self.sql(
                     "SELECT seq FROM {p}messages WHERE session_id = $1 AND archived IS NULL"
                     " AND seq <= $2 AND NOT (role = 'system' AND kind = 'message') ORDER BY seq"
                 ),
@@ -760,7 +760,7 @@ class PostgresMemory:
     async def list_metadata(self, namespace: str) -> list[MetadataEntry]:
         async with self._conn() as conn:
             rows = await conn.fetch(
-                self._sql(
+                self.sql(
                     "SELECT namespace, key, value, version, deleted, updated_at FROM {p}metadata"
                     ' WHERE namespace = $1 AND NOT deleted ORDER BY key COLLATE "C"'
                 ),
@@ -778,7 +778,7 @@ class PostgresMemory:
             # concurrent taker waits for the row lock, then sees the new expiry and gets nothing.
             # The row outlives releases, so its fence only grows.
             row = await conn.fetchrow(
-                self._sql(
+                self.sql(
                     "INSERT INTO {p}leases AS l (name, token, expires_at, fence)"
                     f" VALUES ($1, $2, {_CLOCK} + $3::float8, 1)"
                     " ON CONFLICT (name) DO UPDATE"
@@ -801,7 +801,7 @@ class PostgresMemory:
         check_ttl(ttl_s)
         async with self._conn() as conn:
             expires_at = await conn.fetchval(
-                self._sql(
+                self.sql(
                     f"UPDATE {{p}}leases SET expires_at = {_CLOCK} + $3::float8"
                     f" WHERE name = $1 AND token = $2 AND expires_at > {_CLOCK}"
                     " RETURNING expires_at"
@@ -818,7 +818,7 @@ class PostgresMemory:
         async with self._conn() as conn:
             # The row stays (its fence is the next holder's base); only the holder is removed.
             gone = await conn.fetchval(
-                self._sql(
+                self.sql(
                     "UPDATE {p}leases SET token = '', expires_at = 0"
                     " WHERE name = $1 AND token = $2 RETURNING 1"
                 ),
@@ -833,7 +833,7 @@ class PostgresMemory:
         if lease is None:
             return
         fence = await conn.fetchval(
-            self._sql("SELECT fence FROM {p}leases WHERE name = $1 FOR SHARE"), lease.name
+            self.sql("SELECT fence FROM {p}leases WHERE name = $1 FOR SHARE"), lease.name
         )
         if (fence or 0) != lease.fence:
             raise LeaseLost(lease)
@@ -849,7 +849,7 @@ class PostgresMemory:
         async with self._tx() as conn:
             await self._lock_session(conn, session_id)
             epoch = await conn.fetchval(
-                self._sql(
+                self.sql(
                     "INSERT INTO {p}sessions AS s (session_id, epoch, last_seq, updated_at)"
                     f" VALUES ($1, 1, 0, {_NOW})"
                     " ON CONFLICT (session_id) DO UPDATE"
@@ -860,7 +860,7 @@ class PostgresMemory:
             )
             if types is None or "history" in types:
                 await conn.execute(
-                    self._sql(
+                    self.sql(
                         f"UPDATE {{p}}messages SET archived = 'cleared', archived_at = {_NOW}"
                         " WHERE session_id = $1 AND archived IS NULL"
                     ),
@@ -868,14 +868,14 @@ class PostgresMemory:
                 )
                 for table in ("search_docs", "search_terms"):
                     await conn.execute(
-                        self._sql(
+                        self.sql(
                             f"DELETE FROM {{p}}{table} WHERE search_key ="
                             " (SELECT search_key FROM {p}sessions WHERE session_id = $1)"
                         ),
                         session_id,
                     )
                 await conn.execute(
-                    self._sql(
+                    self.sql(
                         "UPDATE {p}sessions SET search_docs = 0, search_length = 0"
                         " WHERE session_id = $1"
                     ),
@@ -883,7 +883,7 @@ class PostgresMemory:
                 )
             if types is None:
                 await conn.execute(
-                    self._sql(
+                    self.sql(
                         "UPDATE {p}metadata SET value = NULL, version = version + 1,"
                         f" deleted = true, updated_at = {_NOW} WHERE key = $1"
                     ),
@@ -903,7 +903,7 @@ class PostgresMemory:
             if await self._locked_epoch(conn, session_id) is None:
                 return []
             rows = await conn.fetch(
-                self._sql(
+                self.sql(
                     f"UPDATE {{p}}messages SET archived = 'deleted', archived_at = {_NOW}"
                     " WHERE session_id = $1 AND seq = ANY($2::bigint[])"
                     " AND archived IS DISTINCT FROM 'deleted' RETURNING seq"
@@ -916,12 +916,12 @@ class PostgresMemory:
                 await self._touch(conn, session_id)
                 key = int(
                     await conn.fetchval(
-                        self._sql("SELECT search_key FROM {p}sessions WHERE session_id = $1"),
+                        self.sql("SELECT search_key FROM {p}sessions WHERE session_id = $1"),
                         session_id,
                     )
                 )
                 gone = await conn.fetch(
-                    self._sql(
+                    self.sql(
                         "DELETE FROM {p}search_docs WHERE search_key = $1"
                         " AND seq = ANY($2::bigint[]) RETURNING search::text AS v"
                     ),
@@ -929,7 +929,7 @@ class PostgresMemory:
                     found,
                 )
                 await self._count_terms(
-                    conn, session_id, key, [_entry_of(r["v"], key) for r in gone], -1
+                    conn, session_id, key, [entry_of(r["v"], key) for r in gone], -1
                 )
         return found
 
@@ -939,23 +939,23 @@ class PostgresMemory:
             # The row first: this waits for an append holding it, so the messages deleted next
             # include that append's.
             key = await conn.fetchval(
-                self._sql("DELETE FROM {p}sessions WHERE session_id = $1 RETURNING search_key"),
+                self.sql("DELETE FROM {p}sessions WHERE session_id = $1 RETURNING search_key"),
                 session_id,
             )
             await conn.execute(
-                self._sql("DELETE FROM {p}messages WHERE session_id = $1"), session_id
+                self.sql("DELETE FROM {p}messages WHERE session_id = $1"), session_id
             )
             if key is not None:
                 for table in ("search_docs", "search_terms"):
                     await conn.execute(
-                        self._sql(f"DELETE FROM {{p}}{table} WHERE search_key = $1"), key
+                        self.sql(f"DELETE FROM {{p}}{table} WHERE search_key = $1"), key
                     )
-            await conn.execute(self._sql("DELETE FROM {p}metadata WHERE key = $1"), session_id)
+            await conn.execute(self.sql("DELETE FROM {p}metadata WHERE key = $1"), session_id)
 
     async def list_sessions(self) -> list[SessionInfo]:
         async with self._conn() as conn:
             rows = await conn.fetch(
-                self._sql(
+                self.sql(
                     "SELECT s.session_id, s.epoch, s.last_seq, s.updated_at,"
                     " COUNT(m.seq) - COUNT(m.archived) AS active,"
                     " COUNT(m.archived) AS archived"
@@ -996,11 +996,11 @@ class PostgresMemory:
 
     # -- SQL helpers (inside a transaction or on one connection) ------------------------------
 
-    async def _backfill_search(self, conn: Any) -> None:
+    async def backfill_search(self, conn: Any) -> None:
         """Migration 1 -> 2: index what a search may find of the stored messages (the current
         epoch's, not cleared or deleted; what an earlier clear left archived stays out)."""
         rows = await conn.fetch(
-            self._sql(
+            self.sql(
                 "SELECT m.session_id, m.seq, m.epoch, m.role, m.kind, m.body, m.tokens,"
                 " m.archived FROM {p}messages m JOIN {p}sessions s"
                 " ON s.session_id = m.session_id AND s.epoch = m.epoch"
@@ -1019,7 +1019,7 @@ class PostgresMemory:
                 if t is not None:
                     updates.append((session_id, message.seq, " ".join(t[0]), " ".join(t[1])))
         await conn.executemany(
-            self._sql(
+            self.sql(
                 f"UPDATE {{p}}messages SET search = {_LEGACY_TSVECTOR.format(own='$3', lent='$4')}"
                 " WHERE session_id = $1 AND seq = $2"
             ),
@@ -1031,7 +1031,7 @@ class PostgresMemory:
         their lexemes under their session's key; each session's counts are filled in; the old
         column and its index go."""
         rows = await conn.fetch(
-            self._sql(
+            self.sql(
                 "SELECT m.session_id, m.seq, m.role, m.search::text AS v, s.search_key"
                 " FROM {p}messages m JOIN {p}sessions s ON s.session_id = m.session_id"
                 " WHERE m.search IS NOT NULL ORDER BY m.session_id, m.seq"
@@ -1044,8 +1044,8 @@ class PostgresMemory:
             by_session.setdefault(r["session_id"], (key, []))[1].append(entry)
         for session_id, (key, docs) in by_session.items():
             await self._index(conn, session_id, key, docs)
-        await conn.execute(self._sql("DROP INDEX IF EXISTS {p}messages_search"))
-        await conn.execute(self._sql("ALTER TABLE {p}messages DROP COLUMN IF EXISTS search"))
+        await conn.execute(self.sql("DROP INDEX IF EXISTS {p}messages_search"))
+        await conn.execute(self.sql("ALTER TABLE {p}messages DROP COLUMN IF EXISTS search"))
 
     async def _index(
         self, conn: Any, session_id: str, key: int, docs: Sequence[tuple[int, str, Indexed]]
@@ -1062,7 +1062,7 @@ class PostgresMemory:
         names = sorted(dfs)
         lengths = [doc_length(t) for _, _, t in docs]
         await conn.execute(
-            self._sql(
+            self.sql(
                 "WITH d AS (INSERT INTO {p}search_docs (search_key, seq, role, length, search)"
                 " SELECT $1, t.seq, t.role, t.length, t.search::tsvector"
                 " FROM unnest($2::bigint[], $3::text[], $4::float8[], $5::text[])"
@@ -1097,7 +1097,7 @@ class PostgresMemory:
             for term in distinct_terms(indexed):
                 dfs[term] = dfs.get(term, 0) + 1
         await conn.execute(
-            self._sql(
+            self.sql(
                 "UPDATE {p}sessions SET search_docs = search_docs + $2,"
                 " search_length = search_length + $3 WHERE session_id = $1"
             ),
@@ -1108,7 +1108,7 @@ class PostgresMemory:
         names = sorted(dfs)
         if sign > 0:
             await conn.execute(
-                self._sql(
+                self.sql(
                     "INSERT INTO {p}search_terms AS t (search_key, term, df)"
                     " SELECT $1, u.term, u.df FROM unnest($2::text[], $3::bigint[]) AS u(term, df)"
                     " ON CONFLICT (search_key, term) DO UPDATE SET df = t.df + excluded.df"
@@ -1119,7 +1119,7 @@ class PostgresMemory:
             )
         else:
             await conn.execute(
-                self._sql(
+                self.sql(
                     "UPDATE {p}search_terms AS t SET df = t.df - u.df"
                     " FROM unnest($2::text[], $3::bigint[]) AS u(term, df)"
                     " WHERE t.search_key = $1 AND t.term = u.term"
@@ -1129,7 +1129,7 @@ class PostgresMemory:
                 [dfs[t] for t in names],
             )
             await conn.execute(
-                self._sql(
+                self.sql(
                     "DELETE FROM {p}search_terms WHERE search_key = $1"
                     " AND term = ANY($2::text[]) AND df <= 0"
                 ),
@@ -1139,13 +1139,13 @@ class PostgresMemory:
 
     async def _epoch(self, conn: Any, session_id: str) -> int:
         epoch = await conn.fetchval(
-            self._sql("SELECT epoch FROM {p}sessions WHERE session_id = $1"), session_id
+            self.sql("SELECT epoch FROM {p}sessions WHERE session_id = $1"), session_id
         )
         return 0 if epoch is None else int(epoch)
 
     async def _metadata(self, conn: Any, namespace: str, key: str) -> MetadataEntry | None:
         row = await conn.fetchrow(
-            self._sql(
+            self.sql(
                 "SELECT namespace, key, value, version, deleted, updated_at FROM {p}metadata"
                 " WHERE namespace = $1 AND key = $2"
             ),
@@ -1191,7 +1191,7 @@ class PostgresMemory:
                 " WHERE namespace = $1 AND key = $2 AND version = $5 RETURNING version"
             )
             args = (namespace, key, value, deleted, int(expected_version))
-        version = await conn.fetchval(self._sql(sql), *args)
+        version = await conn.fetchval(self.sql(sql), *args)
         return None if version is None else int(version)
 
     async def _archive(
@@ -1200,7 +1200,7 @@ class PostgresMemory:
         if not seqs:
             return
         await conn.execute(
-            self._sql(
+            self.sql(
                 f"UPDATE {{p}}messages SET archived = $3, archived_at = {_NOW}"
                 " WHERE session_id = $1 AND seq = ANY($2::bigint[])"
             ),
@@ -1212,7 +1212,7 @@ class PostgresMemory:
 
     async def _touch(self, conn: Any, session_id: str) -> None:
         await conn.execute(
-            self._sql(f"UPDATE {{p}}sessions SET updated_at = {_NOW} WHERE session_id = $1"),
+            self.sql(f"UPDATE {{p}}sessions SET updated_at = {_NOW} WHERE session_id = $1"),
             session_id,
         )
 
@@ -1238,7 +1238,7 @@ class PostgresMemory:
                 f"SELECT * FROM (SELECT {_MESSAGE_COLUMNS} FROM {{p}}messages WHERE {where}"
                 f" ORDER BY seq DESC LIMIT ${len(params)}) AS newest ORDER BY seq"
             )
-        rows = await conn.fetch(self._sql(sql), *params)
+        rows = await conn.fetch(self.sql(sql), *params)
         return [
             message_from_row(
                 role=r["role"],
@@ -1356,7 +1356,7 @@ def _frequencies(vector: str, lexemes: Sequence[str]) -> list[float]:
     return out
 
 
-def _entry_of(vector: str, key: int) -> Indexed:
+def entry_of(vector: str, key: int) -> Indexed:
     """An entry's terms (own, lent, repeats kept) from its tsvector's text form."""
     prefix = f"{key}_"
     own: list[str] = []
@@ -1370,7 +1370,7 @@ def _entry_of(vector: str, key: int) -> Indexed:
 
 
 def _legacy_entry(vector: str) -> Indexed:
-    """:func:`_entry_of` for a schema 2-3 tsvector (no session key; own terms weight A)."""
+    """:func:`entry_of` for a schema 2-3 tsvector (no session key; own terms weight A)."""
     own: list[str] = []
     lent: list[str] = []
     for match in _LEXEME.finditer(vector):
@@ -1427,10 +1427,14 @@ def _reads_sql(
     return sql, args
 
 
-def _server_settings(dsn: str) -> dict[str, str]:
-    """Settings of the pool's connections, unless the URL sets them: no parallel workers (every
-    statement here is small; starting workers cost a search more than it saved)."""
+#: Settings of the pool's connections, each unless the URL sets it. Every statement here is
+#: small: starting parallel workers cost a search more than they saved, and JIT compiling cost a
+#: search about 12 ms (the planner cannot tell how rare a session's lexemes are, so its estimates
+#: pass ``jit_above_cost``).
+SERVER_SETTINGS = {"max_parallel_workers_per_gather": "0", "jit": "off"}
+
+
+def server_settings(dsn: str) -> dict[str, str]:
+    """:data:`SERVER_SETTINGS` less those the URL ``dsn`` sets itself."""
     given = {name for name, _ in parse_qsl(urlsplit(dsn).query)}
-    if "max_parallel_workers_per_gather" in given:
-        return {}
-    return {"max_parallel_workers_per_gather": "0"}
+    return {name: value for name, value in SERVER_SETTINGS.items() if name not in given}

@@ -38,7 +38,7 @@ Keys, all under ``prefix`` (default ``hs:``; a ``?prefix=`` in the URL overrides
 
 The search index (``xd``, ``xf``, ``xp``) is written by the same scripts that append, clear and
 delete messages, so it never disagrees with the messages; the search itself is one script that
-follows ``host_stub.memory._search`` (its plan, estimate and BM25). Its posting sets are ordered
+follows ``host_stub.memory.search_plan`` (its plan, estimate and BM25). Its posting sets are ordered
 by frequency, not seq: the one term of which only the newest postings are read is read whole
 and the newest taken in the script.
 
@@ -84,8 +84,8 @@ from ..services import (
     Snapshot,
 )
 from ..session_ids import check_session_id
-from . import _search
-from ._common import (
+from . import search_plan
+from .common import (
     TokenCounter,
     body_of,
     check_limit,
@@ -100,7 +100,7 @@ from ._common import (
     to_datetime,
     tokens_of,
 )
-from ._search import (
+from .search_plan import (
     CONTEXT_SPAN,
     CONTEXT_WEIGHT,
     context_of,
@@ -289,7 +289,7 @@ return out
 # KEYS: xd, m, x; ARGV: index base, limit, role ('' = any), rescore, average length, n terms,
 # terms..., their idfs..., n reads, reads ("<limit, -1: all>:<term>,<term>...", 1-based)...,
 # probes (1-based terms)... -> flat list seq, record, reason, score, stored at (ms), best first.
-# Carries out a plan of host_stub/memory/_search.py (plan_search), then choose and score.
+# Carries out a plan of host_stub/memory/search_plan.py (plan_search), then choose and score.
 _SEARCH = r"""
 local base, limit, role = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local rescore, avg = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -903,7 +903,7 @@ class RedisMemory:
             base,
             limit,
             role or "",
-            _search.RESCORE,
+            search_plan.RESCORE,
             repr(plan.avg_len),
             len(terms),
             *terms,
@@ -986,7 +986,7 @@ class RedisMemory:
     async def get_metadata(self, namespace: str, key: str) -> MetadataEntry | None:
         with self._errors():
             raw = await self._client.hget(self._md(namespace), key)
-        return None if raw is None else _entry(namespace, key, raw)
+        return None if raw is None else _entry(namespace, key, _text(raw))
 
     async def save_metadata(
         self,
@@ -1017,7 +1017,7 @@ class RedisMemory:
     async def list_metadata(self, namespace: str) -> list[MetadataEntry]:
         with self._errors():
             raw = await self._client.hgetall(self._md(namespace))
-        entries = [_entry(namespace, key, text) for key, text in sorted(raw.items())]
+        entries = [_entry(namespace, _text(k), _text(v)) for k, v in sorted(raw.items())]
         return [e for e in entries if not e.deleted]
 
     # -- leases -------------------------------------------------------------------------------
@@ -1131,6 +1131,11 @@ def _message(seq: str | int, raw: str, archived: str | None) -> Message:
 
 def _messages(flat: list[Any]) -> list[Message]:
     return [_message(flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]
+
+
+def _text(value: str | bytes) -> str:
+    """A value the client returns: text already (``decode_responses``), typed as either."""
+    return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
 def _entry(namespace: str, key: str, raw: str) -> MetadataEntry:

@@ -43,10 +43,10 @@ Search. An FTS5 table (``search``: a message's own terms and the terms it is len
 space-joined) holds a session's entries as one rowid range (``key << 32 | seq``); next to it,
 ``search_sessions`` (each session's key, number and total length of entries) and
 ``search_terms`` (each term's document frequency in each session), written in the transactions
-that write the entries. A search follows ``_search.plan_search``: it reads the planned lists and
+that write the entries. A search follows ``search_plan.plan_search``: it reads the planned lists and
 conjunctions (``group_concat`` of the rowids; ``ORDER BY rowid DESC LIMIT k`` for the newest of
 one term; an ``AND`` query read whole, its newest kept, as FTS5 walks those backwards slowly),
-probes the other terms with FTS5 ``AND`` queries, and scores the candidates ``_search.choose``
+probes the other terms with FTS5 ``AND`` queries, and scores the candidates ``search_plan.choose``
 picks from FTS5's content table (``search_content``). FTS5's own ``bm25`` is not used: it ranks
 every match and takes its statistics from every session of the file.
 
@@ -78,7 +78,7 @@ from ..services import (
     Snapshot,
 )
 from ..session_ids import check_session_id
-from ._common import (
+from .common import (
     TokenCounter,
     body_of,
     check_limit,
@@ -92,7 +92,7 @@ from ._common import (
     to_datetime,
     tokens_of,
 )
-from ._search import (
+from .search_plan import (
     CONTEXT_SPAN,
     Indexed,
     choose,
@@ -107,12 +107,12 @@ from ._search import (
     with_context,
 )
 
-__all__ = ["SCHEMA_VERSION", "SQLiteMemory"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteMemory", "backfill_search", "message_rows"]
 
-#: Stored in ``PRAGMA user_version``; bump it and add a step to ``_MIGRATIONS`` on schema changes.
+#: Stored in ``PRAGMA user_version``; bump it and add a step to ``MIGRATIONS`` on schema changes.
 SCHEMA_VERSION = 5
 
-_MIGRATIONS: dict[int, str] = {
+MIGRATIONS: dict[int, str] = {
     # from version 0 (empty file) to 1
     0: """
     CREATE TABLE IF NOT EXISTS sessions (
@@ -150,7 +150,7 @@ _MIGRATIONS: dict[int, str] = {
         expires_at REAL NOT NULL
     );
     """,
-    # from 1 to 2: the search index (filled from the stored messages by _backfill_search)
+    # from 1 to 2: the search index (filled from the stored messages by backfill_search)
     1: """
     CREATE TABLE IF NOT EXISTS search_sessions (
         id         INTEGER PRIMARY KEY,
@@ -174,7 +174,7 @@ _MIGRATIONS: dict[int, str] = {
     """,
     # 4 -> 5: what a search ranks with, per session (filled by _backfill_stats): the number and
     # total length of its indexed messages, and each term's document frequency, so a search reads
-    # only the postings it needs (see _search.plan_reads) instead of ranking every match
+    # only the postings it needs (see search_plan.plan_reads) instead of ranking every match
     4: """
     ALTER TABLE search_sessions ADD COLUMN docs INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE search_sessions ADD COLUMN length REAL NOT NULL DEFAULT 0;
@@ -326,11 +326,11 @@ class SQLiteMemory:
                     f"supports ({SCHEMA_VERSION})"
                 )
             while version < SCHEMA_VERSION:
-                for statement in _MIGRATIONS[version].split(";"):
+                for statement in MIGRATIONS[version].split(";"):
                     if statement.strip():
                         db.execute(statement)
                 if version == 1:
-                    _backfill_search(db)
+                    backfill_search(db)
                 if version == 4:
                     _backfill_stats(db)
                 version += 1
@@ -419,7 +419,7 @@ class SQLiteMemory:
     async def get_history(self, session_id: str, limit: int | None = None) -> list[Message]:
         check_limit(limit)
         rows = await self._call(
-            lambda db: _message_rows(db, session_id, archived=False, limit=limit), write=False
+            lambda db: message_rows(db, session_id, archived=False, limit=limit), write=False
         )
         return _messages(rows)
 
@@ -428,7 +428,7 @@ class SQLiteMemory:
     ) -> list[Message]:
         check_limit(limit)
         rows = await self._call(
-            lambda db: _message_rows(db, session_id, archived=True, epoch=epoch, limit=limit),
+            lambda db: message_rows(db, session_id, archived=True, epoch=epoch, limit=limit),
             write=False,
         )
         return _messages(rows)
@@ -436,7 +436,7 @@ class SQLiteMemory:
     async def snapshot(self, session_id: str, namespace: str = SUMMARY_NAMESPACE) -> Snapshot:
         def job(db: sqlite3.Connection) -> tuple[list[_Row], _Row | None, int]:
             return (
-                _message_rows(db, session_id, archived=False),
+                message_rows(db, session_id, archived=False),
                 _metadata_row(db, namespace, session_id),
                 _epoch(db, session_id),
             )
@@ -814,7 +814,7 @@ def _archive(
     db.execute("UPDATE sessions SET updated_at = ? WHERE session_id = ?", (now, session_id))
 
 
-def _message_rows(
+def message_rows(
     db: sqlite3.Connection,
     session_id: str,
     *,
@@ -945,7 +945,7 @@ def _search(
     db: sqlite3.Connection, session_id: str, terms: list[str], role: str | None, limit: int
 ) -> list[tuple[_Row, float]]:
     """The ``limit`` best matches of the session for ``terms``: (message row + stored at, score),
-    best first, found and ranked as ``_search.plan_search`` and ``choose`` say."""
+    best first, found and ranked as ``search_plan.plan_search`` and ``choose`` say."""
     row = _one(
         db, "SELECT id, docs, length FROM search_sessions WHERE session_id = ?", (session_id,)
     )
@@ -1043,7 +1043,7 @@ def _rows_in(
     return out
 
 
-def _backfill_search(db: sqlite3.Connection) -> None:
+def backfill_search(db: sqlite3.Connection) -> None:
     """Migration 1 -> 2: index what a search may find of the stored messages (the current
     epoch's, not cleared or deleted; what an earlier clear left archived is not brought back).
     The counts come with migration 4 -> 5 (:func:`_backfill_stats`)."""

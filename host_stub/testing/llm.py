@@ -211,6 +211,7 @@ class FakeLLM:
 
     async def _reply(self, sent: list[dict[str, Any]], model: str | None) -> str | Completion:
         """The normal answer to a call (raises the reply that is an exception)."""
+        reply: Reply | None
         if self.queue:
             reply = self.queue.popleft()
         else:

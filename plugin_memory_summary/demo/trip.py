@@ -180,7 +180,7 @@ def restaurants(s: State) -> None:
         s.assistant(
             f"{best['name']} ({best['rating']}★, {best['price']}) looks best: "
             f"{best['allergen_info']} and vegetarian options for Tom. I left out "
-            + ", ".join(r["name"] for r in found if r is not best)
+            + ", ".join(str(r["name"]) for r in found if r is not best)
             + " because of the peanut risk or no vegetarian dishes. Show them your allergy card "
             "when you order."
         )

@@ -285,7 +285,7 @@ def register(cli: Any, open_host: Any) -> None:
                 except OSError as exc:
                     raise UserError(f"{save}: cannot write: {exc.strerror}") from None
             messages = [Message.model_validate(m) for m in raw]
-            store = memory
+            store = str(memory)
             if temporary:
                 store = "a temporary SQLite file, gone at exit: keep it with --db PATH"
             await report_run(

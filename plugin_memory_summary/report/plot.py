@@ -71,13 +71,14 @@ def plot_report(report: ReplayReport, path: str | Path) -> dict[str, Any]:
         "compressions": marks,
         "window": window,
     }
-    rc = {
-        "path.simplify": False,
-        "svg.fonttype": "none",
-        "svg.hashsalt": "host-stub",
-        "font.size": 10,
-    }
-    with plt.rc_context(rc):
+    with plt.rc_context(
+        {
+            "path.simplify": False,
+            "svg.fonttype": "none",
+            "svg.hashsalt": "host-stub",
+            "font.size": 10,
+        }
+    ):
         fig, ax = plt.subplots(figsize=(10, 5.4), dpi=110, layout="constrained")
         try:
             if b is not None:

@@ -79,9 +79,9 @@ async def replay_series(
     try:
         for number, (inputs, recorded) in enumerate(turns, 1):
             current = number
-            before = asyncio.all_tasks()
+            tasks_before = asyncio.all_tasks()
             result = await host.run_turn(session_id, inputs, recorded=recorded)
-            spawned = asyncio.all_tasks() - before
+            spawned = asyncio.all_tasks() - tasks_before
             if spawned:  # the compression this turn started, if any
                 await asyncio.wait(spawned, timeout=settle_s)
             sent = _sent(result)
@@ -170,9 +170,11 @@ async def run_replay(
         record = await plugin.show(session_id) if plugin is not None else None
         history = await host.memory.get_history(session_id)
         archived = await host.memory.get_archived(session_id)
-        has_text = record is not None and bool(record.text)
+        text = record.text if record is not None and record.text else None
         summary_model = (
-            (plugin_config.summary_model or host.llm.default_model) if plugin_config else None
+            (getattr(plugin_config, "summary_model", None) or host.llm.default_model)
+            if plugin_config
+            else None
         )
         report = ReplayReport(
             title=title or session_id,
@@ -191,8 +193,8 @@ async def run_replay(
                 else None
             ),
             baseline=baseline,
-            summary=record.text if has_text else None,
-            summary_tokens=host.count_text(record.text) if has_text else 0,
+            summary=text,
+            summary_tokens=host.count_text(text) if text else 0,
             summary_messages=record.messages_summarized if record is not None else 0,
             summary_compressions=record.compressions if record is not None else 0,
             summary_lang=record.lang if record is not None else None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -10,20 +11,37 @@ import click
 __all__ = ["Screen"]
 
 
+#: Settings with which rich takes any output for a terminal (or for none).
+TERMINAL_SETTINGS = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
+
+
+def may_be_terminal() -> bool:
+    """Whether rich might take stdout for a terminal: a tty, or a setting that overrides that.
+    Otherwise rich is not imported at all (a piped ``replay`` or ``demo`` starts faster)."""
+    isatty = getattr(sys.stdout, "isatty", None)
+    try:
+        tty = bool(isatty()) if isatty is not None else False
+    except ValueError:
+        tty = False
+    return tty or any(name in os.environ for name in TERMINAL_SETTINGS)
+
+
 class Screen:
     """Progress and one line per compression on a terminal (rich); plain lines otherwise;
     nothing but the final JSON with ``--json``."""
 
     def __init__(self, quiet: bool) -> None:
-        from rich.console import Console
-
         self.quiet = quiet
-        self.console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
         self.progress: Any = None
         self.tasks: dict[str, Any] = {}
 
     def __enter__(self) -> Screen:
-        if not self.quiet and self.console.is_terminal:
+        if self.quiet or not may_be_terminal():
+            return self
+        from rich.console import Console
+
+        console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
+        if console.is_terminal:
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
@@ -38,7 +56,7 @@ class Screen:
                 MofNCompleteColumn(),
                 TextColumn("turns"),
                 TimeElapsedColumn(),
-                console=self.console,
+                console=console,
                 transient=True,
             )
             self.progress.start()

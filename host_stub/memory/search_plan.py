@@ -40,6 +40,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import re
 import unicodedata
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,8 @@ from dataclasses import dataclass
 from ..messages import Message, text_of
 
 __all__ = [
+    "word_runs",
+    "word_runs_per_char",
     "MAX_INDEX_TERMS",
     "MAX_POSTINGS",
     "RESCORE",
@@ -127,8 +130,19 @@ def _word_char(ch: str) -> bool:
     return ch.isalnum() or unicodedata.category(ch)[0] == "M"
 
 
-def _runs(text: str) -> Iterable[tuple[str, bool]]:
-    """``(run, unsegmented)`` for each maximal run of word characters of one kind."""
+#: In ASCII text the word characters are exactly these (no marks, nothing unsegmented).
+_ASCII_WORD = re.compile(r"[A-Za-z0-9]+")
+
+
+def word_runs(text: str) -> Iterable[tuple[str, bool]]:
+    """``(run, unsegmented)`` for each maximal run of word characters of one kind (ASCII text,
+    most of it, in one regular-expression scan instead of a test per character)."""
+    if text.isascii():
+        return ((found.group(), False) for found in _ASCII_WORD.finditer(text))
+    return word_runs_per_char(text)
+
+
+def word_runs_per_char(text: str) -> Iterable[tuple[str, bool]]:
     start = None
     kind = False
     for i, ch in enumerate(text):
@@ -221,7 +235,7 @@ def stem(word: str) -> str:
 def _terms(text: str, *, unigrams: bool) -> list[str]:
     out: list[str] = []
     folded = unicodedata.normalize("NFKC", text[:MAX_INDEX_CHARS]).casefold()
-    for run, unsegmented in _runs(folded):
+    for run, unsegmented in word_runs(folded):
         if unsegmented:
             if len(run) == 1:
                 out.append(run)

@@ -1,0 +1,275 @@
+"""The prompt fitted to the window: when tier 1 and the full summary block would pass it, old
+tool groups, the summary block and the newest results give way (in that order), the stored
+messages stay whole; the block shrinks by whole items, identifiers last; the identifiers the
+conversation acted on take a large share of the summary."""
+
+from __future__ import annotations
+
+import json
+
+from plugin_harness import plugin_host
+
+from host_stub.messages import Message, ToolCall, ToolCallFunction, text_of, tool_groups
+from host_stub.prompt import apply_replacements
+from host_stub.testing import FakeLLM, simple_count
+from plugin_memory_summary.config import MemorySummaryConfig, PayloadCaps
+from plugin_memory_summary.fitting import render_payload
+from plugin_memory_summary.prompt_fit import MESSAGE_OVERHEAD, fit_margin, fit_prompt
+from plugin_memory_summary.record import build_record
+from plugin_memory_summary.rules import rules_merge
+from plugin_memory_summary.summary_model import Excerpt, SummaryPayload
+from plugin_memory_summary.tokens import TokenBook
+
+
+def count(text: str) -> int:
+    return simple_count(text)
+
+
+def shown_total(messages: list[Message], replacements: dict[int, str]) -> int:
+    return sum(
+        count(replacements[m.seq]) + MESSAGE_OVERHEAD if m.seq in replacements else m.tokens or 0
+        for m in messages
+    )
+
+
+def tool_chat(groups: int, results: int = 1, words: int = 200) -> list[Message]:
+    """A user message, then ``groups`` tool-call groups of ``results`` results each."""
+    out = [Message(role="user", content="look up my bookings", seq=1, tokens=6)]
+    seq = 2
+    for g in range(groups):
+        calls = [
+            ToolCall(
+                id=f"c{g}-{r}",
+                function=ToolCallFunction(
+                    name="get_reservation", arguments=json.dumps({"reservation_id": f"R{g}{r}"})
+                ),
+            )
+            for r in range(results)
+        ]
+        out.append(Message(role="assistant", tool_calls=calls, seq=seq, tokens=20))
+        seq += 1
+        for r in range(results):
+            text = " ".join(f"g{g}r{r}w{i}" for i in range(words))
+            out.append(
+                Message(
+                    role="tool",
+                    tool_call_id=f"c{g}-{r}",
+                    content=text,
+                    seq=seq,
+                    tokens=count(text) + MESSAGE_OVERHEAD,
+                )
+            )
+            seq += 1
+    return out
+
+
+def fit(messages: list[Message], *, window: int, block: int, keep: int = 3) -> object:
+    return fit_prompt(
+        messages,
+        window=window,
+        fixed=100,
+        block_tokens=block,
+        keep_tool_groups=keep,
+        max_result_tokens=None,
+        count_tokens=count,
+    )
+
+
+def test_a_prompt_that_fits_keeps_tier_one_and_the_whole_summary_block() -> None:
+    messages = tool_chat(4)
+    out = fit(messages, window=100_000, block=500)
+    assert out.block_budget is None  # type: ignore[attr-defined]
+    results = [m.seq for m in messages if m.role == "tool"]
+    assert sorted(out.replacements) == results[:1]  # type: ignore[attr-defined]
+
+
+def test_old_tool_groups_give_way_before_the_summary_block() -> None:
+    messages = tool_chat(4)
+    whole = sum(m.tokens or 0 for m in messages)
+    newest = sum(m.tokens or 0 for m in messages[-2:])
+    # Room for the block and the newest group, not for three groups whole.
+    window = 100 + 500 + newest + 300 + 16
+    assert whole + 600 > window
+    out = fit(messages, window=window, block=500)
+    assert out.block_budget is None  # type: ignore[attr-defined]
+    results = [m.seq for m in messages if m.role == "tool"]
+    assert sorted(out.replacements) == results[:-1]  # type: ignore[attr-defined]
+    assert 100 + 500 + shown_total(messages, out.replacements) <= window - fit_margin(window)  # type: ignore[attr-defined]
+
+
+def test_a_large_newest_group_shrinks_the_block_then_is_cut_and_the_store_keeps_it_whole() -> None:
+    messages = tool_chat(2, results=3, words=300)
+    before = [m.model_copy(deep=True) for m in messages]
+    window = 1600
+    out = fit(messages, window=window, block=600)
+    limit = window - fit_margin(window)
+    budget = out.block_budget  # type: ignore[attr-defined]
+    assert budget is not None and budget < 600
+    assert 100 + budget + shown_total(messages, out.replacements) <= limit  # type: ignore[attr-defined]
+    start, end, _ = tool_groups(messages[1:])[-1]
+    newest = [m.seq for m in messages[1:][start + 1 : end]]
+    for seq in newest:
+        shown = out.replacements[seq]  # type: ignore[attr-defined]
+        assert f"#{seq}" in shown and "memory_expand" in shown
+        assert not shown.split("\n")[0].rstrip("…").endswith("w")  # no cut mid-word
+    assert messages == before  # the replacements are the prompt's; the messages are unchanged
+    # The tool pairs stay: every result keeps its call id and its place.
+    shown_msgs = apply_replacements(messages, out.replacements, lambda m: 0)  # type: ignore[attr-defined]
+    assert [m.tool_call_id for m in shown_msgs] == [m.tool_call_id for m in messages]
+
+
+def test_the_block_is_left_out_when_nothing_else_could_make_room() -> None:
+    messages = [Message(role="user", content="x " * 4000, seq=1, tokens=2000)]
+    out = fit(messages, window=2100, block=500)
+    assert out.block_budget == 0  # type: ignore[attr-defined]
+
+
+def test_a_smaller_block_drops_whole_items_and_keeps_every_identifier() -> None:
+    ids = [f"BK{i:04d}X" for i in range(12)]
+    payload = SummaryPayload(
+        summary="Messages #1-#90 summarized.",
+        excerpts=[
+            Excerpt(seq=i, part=1, speaker="User", text=f"I would like sentence number {i} kept")
+            for i in range(1, 40)
+        ],
+        identifiers=ids,
+    )
+    record = build_record(
+        None,
+        payload,
+        lang="en",
+        covered_up_to_seq=90,
+        epoch=0,
+        compressed_at_seq=90,
+        messages_summarized=90,
+        compressions=1,
+    )
+    book = TokenBook(MemorySummaryConfig(), FakeLLM())
+    full, full_tokens = book.block("s", 1, record, 100_000)
+    small, tokens = book.block("s", 1, record, full_tokens // 2)
+    assert tokens <= full_tokens // 2
+    assert all(i in small for i in ids)
+    assert "…" not in small
+    assert "sentence number 39 kept" in small and "sentence number 1 kept" not in small
+
+
+def test_identifiers_the_conversation_acted_on_take_most_of_the_summary() -> None:
+    ids = [f"user_{i:03d}_{'x' * 6}" for i in range(60)]
+    messages = [
+        Message(role="user", content=f"My booking reference is {i}, please check it.") for i in ids
+    ]
+    budget = 400
+    id_tokens = sum(count(f" {i}") for i in ids)
+    assert 0.6 * budget < id_tokens < 0.8 * budget  # more than the share other ids get
+    payload = rules_merge(
+        None, messages, budget_tokens=budget, count_tokens=count, caps=PayloadCaps(), lang="en"
+    )
+    text = render_payload(payload)
+    assert all(i in text for i in ids)
+    assert count(text) <= budget
+
+
+def test_the_identifier_line_is_compact_one_space_between() -> None:
+    payload = SummaryPayload(identifiers=["A12345", "B12345", "mia_li_3668"])
+    assert render_payload(payload) == "Identifiers: A12345 B12345 mia_li_3668"
+    spaced = SummaryPayload(identifiers=["LH 716", "A12345"])
+    assert render_payload(spaced) == "Identifiers: LH 716, A12345"
+
+
+async def _big_tool_turn(h: object, g: int, results: int, words: int) -> object:
+    calls = [
+        ToolCall(
+            id=f"c{g}-{r}",
+            function=ToolCallFunction(
+                name="search_flights", arguments=json.dumps({"origin": "JFK", "n": r})
+            ),
+        )
+        for r in range(results)
+    ]
+    recorded = [Message(role="assistant", tool_calls=calls)]
+    recorded += [
+        Message(
+            role="tool",
+            tool_call_id=f"c{g}-{r}",
+            content=" ".join(f"HAT{g}{r}{i:03d} seats {i}" for i in range(words)),
+        )
+        for r in range(results)
+    ]
+    recorded.append(Message(role="assistant", content=f"Found flights for request {g}."))
+    return await h.host.run_turn("s", f"search flights, request {g}", recorded=recorded)  # type: ignore[attr-defined]
+
+
+async def test_no_prompt_goes_over_the_window_when_the_newest_tool_results_are_large() -> None:
+    window = 2400
+    async with plugin_host(
+        {},
+        llm=FakeLLM(default=lambda sent: json.dumps({"summary": "searched flights " * 40})),
+        host={"context_window": window, "system_prompt": "Airline policy. " * 150},
+    ) as h:
+        over = []
+        stored_sizes = []
+        for g in range(8):
+            result = await _big_tool_turn(h, g, results=3, words=130)
+            await h.plugin.scheduler.wait_idle()
+            usage = result.usage  # type: ignore[attr-defined]
+            sent = [
+                u for i, u in enumerate(usage) if not (i + 1 < len(usage) and usage[i + 1].rebuilt)
+            ]
+            over += [u.used for u in sent if u.used > window]
+        stored = [m for m in await h.host.memory.get_history("s") if m.role == "tool"]
+        stored += [m for m in await h.host.memory.get_archived("s") if m.role == "tool"]
+        stored_sizes = [len(text_of(m.content)) for m in stored]
+        record = await h.plugin.show("s")
+    assert record is not None  # a summary block was in play
+    assert over == []
+    assert min(stored_sizes) > 500  # the store keeps every result whole
+
+
+def test_a_turn_of_many_tool_calls_gets_placeholders_of_a_few_words() -> None:
+    messages = tool_chat(30, words=60)
+    calls = sum(m.tokens or 0 for m in messages if m.role != "tool")
+    line = fit(messages, window=100_000, block=0, keep=1)
+    one_line_each = 100 + shown_total(messages, line.replacements)  # type: ignore[attr-defined]
+    window = (calls + one_line_each) // 2 + 400
+    assert one_line_each > window  # one line per old result is already too much
+    out = fit(messages, window=window, block=200, keep=3)
+    replacements = out.replacements  # type: ignore[attr-defined]
+    old = [m.seq for m in messages if m.role == "tool"][:-1]
+    assert all(replacements[seq].startswith(f"[result #{seq} pruned") for seq in old)
+    assert 100 + (out.block_budget or 0) + shown_total(messages, replacements) <= window  # type: ignore[attr-defined]
+
+
+def test_past_the_soft_mark_old_tool_groups_give_way_when_that_alone_brings_it_under() -> None:
+    messages = tool_chat(4)
+    window = 10_000  # fits whatever happens
+    configured = fit(messages, window=window, block=500)
+    newest_only = fit(messages, window=window, block=500, keep=1)
+    shown = 100 + 500 + shown_total(messages, configured.replacements)  # type: ignore[attr-defined]
+    deeper_prompt = 100 + 500 + shown_total(messages, newest_only.replacements)  # type: ignore[attr-defined]
+    assert deeper_prompt < shown
+    out = fit_prompt(
+        messages,
+        window=window,
+        fixed=100,
+        block_tokens=500,
+        keep_tool_groups=3,
+        max_result_tokens=None,
+        count_tokens=count,
+        prune_to=deeper_prompt,
+    )
+    results = [m.seq for m in messages if m.role == "tool"]
+    assert sorted(out.replacements) == results[:-1]
+    assert out.block_budget is None
+    # When even the newest group alone would not get under the mark, tier 1 stays as set and
+    # the compression decides.
+    out = fit_prompt(
+        messages,
+        window=window,
+        fixed=100,
+        block_tokens=500,
+        keep_tool_groups=3,
+        max_result_tokens=None,
+        count_tokens=count,
+        prune_to=600,
+    )
+    assert out.replacements == configured.replacements  # type: ignore[attr-defined]

@@ -376,6 +376,39 @@ class _TurnErrorsShownByChat(logging.Filter):
         return not record.getMessage().startswith("turn failed")
 
 
+class HeldLogLines(logging.Filter):
+    """Log records wait while a reply streams and are printed after it: a line printed inside
+    the reply would split it (``assistant> WARNING ...``). Attached to the root logger's
+    handlers by :meth:`attach`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holding = False
+        self.held: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.holding:
+            if not any(record is r for r in self.held):  # each handler asks once
+                self.held.append(record)
+            return False
+        return True
+
+    def attach(self) -> list[logging.Handler]:
+        handlers = list(logging.getLogger().handlers)
+        for handler in handlers:
+            handler.addFilter(self)
+        return handlers
+
+    def release(self, handlers: Sequence[logging.Handler]) -> None:
+        """Stop holding and print what was held, through ``handlers``, in order."""
+        self.holding = False
+        held, self.held = self.held, []
+        for record in held:
+            for handler in handlers:
+                if record.levelno >= handler.level:
+                    handler.handle(record)
+
+
 def _line_editor() -> Any:
     """The ``readline`` module when standard input and output are a terminal (line editing, and
     Up / Down for the lines typed before), else ``None``."""
@@ -519,13 +552,24 @@ async def chat(ctx: click.Context, session_id: str) -> None:
     preflight(config, origin=memory_origin(ctx, config), chat=True)
     quiet = _TurnErrorsShownByChat()
     logging.getLogger("host_stub.host").addFilter(quiet)
+    held = HeldLogLines()
+    handlers = held.attach()
     try:
-        await _chat(ctx, session_id, config)
+        await _chat(ctx, session_id, config, held, handlers)
     finally:
         logging.getLogger("host_stub.host").removeFilter(quiet)
+        held.release(handlers)
+        for handler in handlers:
+            handler.removeFilter(held)
 
 
-async def _chat(ctx: click.Context, session_id: str, config: HostConfig) -> None:
+async def _chat(
+    ctx: click.Context,
+    session_id: str,
+    config: HostConfig,
+    held: HeldLogLines,
+    handlers: list[logging.Handler],
+) -> None:
     async with open_host(ctx, config=config, create=True) as host:
         window = host.context_window()
         notices: list[str] = []
@@ -603,11 +647,15 @@ async def _chat(ctx: click.Context, session_id: str, config: HostConfig) -> None
                 continue
             click.echo("assistant> ", nl=False)
             before = asyncio.all_tasks()
-            result = await host.run_turn(
-                session_id, command, stream=True, on_delta=lambda d: click.echo(d, nl=False)
-            )
+            held.holding = True
+            try:
+                result = await host.run_turn(
+                    session_id, command, stream=True, on_delta=lambda d: click.echo(d, nl=False)
+                )
+            finally:
+                click.echo("")
+                held.release(handlers)
             spawned = asyncio.all_tasks() - before
-            click.echo("")
             if result.outcome == "error":
                 error = _error_line(result.error or "unknown error")
                 if not replied:  # the model cannot be used at all: stop here, say why

@@ -8,14 +8,16 @@ What is taken from an answer, whatever its form:
   complete members; one with no complete member is unusable.
 - Plain prose that passes the gate (not empty, not a refusal, not an error dump, not JSON
   debris, not an echo of the request): its sentences; cut off, its complete sentences.
-- Never: a sentence or item that is a JSON fragment, or that names an identifier found nowhere
-  in the conversation or the previous summary (an invented id would be carried for good).
+- Never: a sentence or item that is a JSON fragment, that names an identifier found nowhere
+  in the conversation or the previous summary (an invented id would be carried for good), or,
+  in prose, whose words are mostly not in them (made up, not digested).
 
 Only an answer with nothing left after this is rejected, and the rules engine merges alone.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -95,6 +97,7 @@ def read_answer(text: str, *, cut_off: bool, instructions: str, source: str) -> 
     if reason is not None:
         raise AnswerRejected(reason)
     notes: list[str] = []
+    prose_answer = False
     parsed = parse_summary_output(text, partial=cut_off)
     if parsed is None:
         if text.lstrip().startswith(_LOOKS_JSON) and debris_reason(text) is not None:
@@ -106,19 +109,21 @@ def read_answer(text: str, *, cut_off: bool, instructions: str, source: str) -> 
             raise AnswerRejected(reason)
         prose = _complete_sentences(text) if cut_off else sentences(text)
         parsed = SummaryPayload()
-        digest = prose
+        digest, prose_answer = prose, True
     elif not parsed.summary.strip():
         raise AnswerRejected("JSON without a usable summary")
     else:
         digest = sentences(parsed.summary)
     if cut_off:
         notes.append("answer cut off at the length limit: its complete items were kept")
-    kept, dropped = _clean_items(digest, source)
+    # Prose is where a weak model makes lines up; JSON fields are read as the model wrote them.
+    kept, dropped = _clean_items(digest, source, judged=prose_answer)
     payload, dropped_fields = _clean_payload(parsed, source)
     dropped += dropped_fields
     if dropped:
         notes.append(
-            f"{dropped} item(s) left out: JSON fragments or identifiers not in the conversation"
+            f"{dropped} item(s) left out: JSON fragments, identifiers or words not in the "
+            "conversation"
         )
     answer = Answer(payload=payload, digest=kept, notes=notes)
     if answer.empty:
@@ -128,12 +133,38 @@ def read_answer(text: str, *, cut_off: bool, instructions: str, source: str) -> 
     return answer
 
 
-def _usable(item: str, source: str) -> bool:
-    return bool(item.strip()) and debris_reason(item) is None and not _invented(item, source)
+_WORD = re.compile(r"[A-Za-z]{4,}")
+#: A sentence whose words are mostly not in the conversation was made up, not digested (small
+#: models continue a dialogue with lines nobody said): at least this share must be found there.
+GROUNDED = 0.4
 
 
-def _clean_items(items: Sequence[str], source: str) -> tuple[list[str], int]:
-    kept = [collapse_whitespace(i) for i in items if _usable(i, source)]
+def _stems(text: str) -> set[str]:
+    return {w[:5].lower() for w in _WORD.findall(text)}
+
+
+def _grounded(item: str, source_stems: set[str]) -> bool:
+    """Whether ``item``'s words (four letters or more, compared by their first five) are found
+    among the source's; an item with fewer than three such words is not judged."""
+    stems = _stems(item)
+    return len(stems) < 3 or len(stems & source_stems) / len(stems) >= GROUNDED
+
+
+def _usable(item: str, source: str, source_stems: set[str] | None = None) -> bool:
+    """Whether an item can be kept; with ``source_stems``, its words are judged too."""
+    return (
+        bool(item.strip())
+        and debris_reason(item) is None
+        and not _invented(item, source)
+        and (source_stems is None or _grounded(item, source_stems))
+    )
+
+
+def _clean_items(
+    items: Sequence[str], source: str, *, judged: bool = False
+) -> tuple[list[str], int]:
+    stems = _stems(source) if judged and items else None
+    kept = [collapse_whitespace(i) for i in items if _usable(i, source, stems)]
     return list(dict.fromkeys(kept)), len(items) - len(kept)
 
 

@@ -13,12 +13,19 @@ from host_stub.hookspecs import ChatCommand
 if TYPE_CHECKING:
     from .plugin import MemorySummaryPlugin
 
-__all__ = ["chat_commands"]
+__all__ = ["chat_commands", "run_key"]
 
 
 def _one_line(text: str, limit: int = 300) -> str:
     line = " ".join(str(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def run_key(status: str, stats: dict[str, Any]) -> tuple[Any, ...]:
+    """What tells one compression run from another in its final status: the same run reported
+    to two requests has the same stats (where its record ends, its tokens, its duration)."""
+    keys = ("covered_up_to_seq", "messages_archived", "tokens_before", "tokens_after")
+    return (status, *(stats.get(k) for k in keys), stats.get("duration_s"))
 
 
 def chat_commands(
@@ -29,6 +36,9 @@ def chat_commands(
     from .report import compression_event, compression_line
 
     announced = [0]
+    #: Runs announced: every request a run served (the one that started it, those that joined
+    #: it) reports its result, and a run is announced once.
+    seen: set[tuple[Any, ...]] = set()
 
     async def on_status(sender: Any, **payload: Any) -> None:
         if payload["session_id"] != session_id or payload["status"] not in ("done", "error"):
@@ -37,6 +47,10 @@ def chat_commands(
         if event is None:
             return
         stats = payload.get("stats") or {}
+        run = run_key(payload["status"], stats)
+        if run in seen:
+            return
+        seen.add(run)
         event = dataclasses.replace(event, trigger=str(stats.get("trigger") or ""))
         announced[0] += 1
         notify(f"[memory: {compression_line(event)}]")

@@ -66,6 +66,7 @@ async def rebuild(pipeline: Pipeline, session_id: str) -> Rebuilt:
             redactor=pipeline.redactor,
             count_tokens=tokens.count,
             text_budget=budget - tokens.framing_tokens(lang),
+            speed=tokens.speed,
         )
         payload = outcome.payload
     covered = max([record.covered_up_to_seq if record else 0, *[m.seq or 0 for m in archived]])

@@ -323,16 +323,19 @@ def answer_gate(text: str, previous: SummaryPayload | None = None) -> str | None
 _JSON_KEY = lazy_regex(r'"[^"\n]{1,40}"\s*:\s*[\[{"\d]')
 _BRACKET_LINE = lazy_regex(r"(?m)^\s*[\[\]{},]+\s*$")
 _SYNTAX = frozenset('{}[]":,')
+#: A line's opening stamp (``[5:23 pm on 8 May, 2023]:``); a JSON list never matches.
+_STAMP = lazy_regex(r'(?m)^(\s*)\[[^\[\]{}"\n]{1,60}\]:?')
 
 
 def debris_reason(text: str) -> str | None:
     """Why ``text``, offered as prose, is a JSON fragment instead (``"key": value`` pairs, lines
-    of brackets, or mostly JSON punctuation), or ``None``: fragments are never stored as prose."""
-    stripped = text.strip()
+    of brackets, or mostly JSON punctuation, a line's opening stamp in brackets not counted),
+    or ``None``: fragments are never stored as prose."""
+    if _JSON_KEY().search(text) or _BRACKET_LINE().search(text):
+        return "JSON fragments, not prose"
+    stripped = _STAMP().sub(r"\1", text).strip()
     if not stripped:
         return None
-    if _JSON_KEY().search(stripped) or _BRACKET_LINE().search(stripped):
-        return "JSON fragments, not prose"
     syntax = sum(1 for ch in stripped if ch in _SYNTAX)
     if syntax / len(stripped) > 0.08:
         return "JSON fragments, not prose"
@@ -363,9 +366,9 @@ def echo_reason(text: str, instructions: str) -> str | None:
 
 
 def looks_like_prose(text: str) -> bool:
-    """Plain text worth keeping: some words, mostly letters. (A leading bracket is fine: "[5:23
-    pm on 8 May] ..." is prose; a JSON fragment is caught by :func:`debris_reason`.)"""
-    stripped = text.strip()
+    """Plain text worth keeping: some words, mostly letters (lines' opening stamps left out; a
+    JSON fragment is caught by :func:`debris_reason`)."""
+    stripped = _STAMP().sub(r"\1", text).strip()
     if len(stripped) < 8:
         return False
     letters = sum(ch.isalpha() for ch in stripped)
@@ -373,9 +376,8 @@ def looks_like_prose(text: str) -> bool:
 
 
 def plain_text_gate(text: str, previous: SummaryPayload | None = None) -> str | None:
-    """Why plain (non-JSON) summarizer output must be rejected, or ``None`` to accept it: it must
-    be non-empty, not a refusal, not an error dump and not JSON debris. (An identifier of the
-    previous summary the text does not repeat is no reason: the merge carries every one.)"""
+    """Why plain (non-JSON) summarizer output must be rejected (empty, a refusal, an error dump,
+    JSON debris), or ``None``; an identifier it does not repeat is no reason (merges carry it)."""
     if not text or not text.strip():
         return "empty output"
     reason = refusal_reason(text) or _error_reason(text) or debris_reason(text)

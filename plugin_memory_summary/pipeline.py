@@ -263,17 +263,15 @@ class Pipeline:
                 count_tokens=self.tokens.count,
                 deadline=deadline,
                 text_budget=run.budget - self.tokens.framing_tokens(lang),
+                speed=self.tokens.speed,
             )
         finally:
             if slot is not None:
                 slot.release()
-        run.stats.update(
-            model=model,
-            engine="llm" if model and not outcome.fallback else "rules",
-            cost=outcome.cost,
-            fallback=outcome.fallback,
-            llm_calls=outcome.llm_calls,
-        )
+        engine = "llm" if model and not outcome.fallback else "rules"
+        run.stats.update(model=model, engine=engine, cost=outcome.cost, fallback=outcome.fallback)
+        run.stats.update(llm_calls=outcome.llm_calls, answers_used=outcome.model_batches)
+        run.stats["llm_seconds"] = [round(t, 3) for t in outcome.latencies]
         return outcome
 
     def _record_of(

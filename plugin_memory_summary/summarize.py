@@ -5,24 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from host_stub.messages import Message, text_of
 from host_stub.services import LLMService
 
 from .answers import Answer, AnswerRejected, digest_excerpts, layer_answer, read_answer
 from .config import MemorySummaryConfig
-from .decisions import summary_growth
+from .decisions import split_batches, summary_growth
 from .fitting import apply_caps, fit_to_budget, render_payload
-from .prompts import PAYLOAD_KEYS, SMALL_PAYLOAD_KEYS, build_summary_messages
+from .prompts import build_summary_messages, request_keys
 from .redact import RedactionError, Redactor
 from .render import render_transcript, transcript_lang
 from .rules import rules_merge
+from .scrub import redact_messages, safe_redactor, scrub_payload
+from .speed import CallLimits, Sample, SpeedBook, timeout_reason
 from .summary_model import SummaryPayload
-from .text import cut_text
+from .text import cut_middle, cut_text
 
 __all__ = [
     "SummarizeOutcome",
@@ -56,88 +58,16 @@ class SummarizeOutcome:
     #: Why the summarizer's answers were not used (each one made the fallback run).
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    #: Batches whose merge used the model's answer.
+    #: Calls whose answer the merge used.
     model_batches: int = 0
-
-
-def redact_messages(messages: Sequence[Message], redactor: Redactor) -> list[Message]:
-    """Copies with secrets redacted in text content and tool-call arguments."""
-    out = []
-    for m in messages:
-        update: dict[str, object] = {}
-        if isinstance(m.content, str):
-            update["content"] = redactor.redact(m.content)
-        elif isinstance(m.content, list):
-            update["content"] = [
-                {**p, "text": redactor.redact(str(p["text"]))} if p.get("type") == "text" else p
-                for p in m.content
-            ]
-        if m.tool_calls:
-            update["tool_calls"] = [
-                c.model_copy(
-                    update={
-                        "function": c.function.model_copy(
-                            update={"arguments": redactor.redact(c.function.arguments)}
-                        )
-                    }
-                )
-                for c in m.tool_calls
-            ]
-        out.append(m.model_copy(update=update) if update else m)
-    return out
-
-
-def _redacted(value: Any, redactor: Redactor) -> Any:
-    if isinstance(value, str):
-        return redactor.redact(value)
-    if isinstance(value, list):
-        return [_redacted(v, redactor) for v in value]
-    if isinstance(value, dict):
-        return {k: _redacted(v, redactor) for k, v in value.items()}
-    return value
-
-
-def _safe_redactor(redactor: Redactor) -> Redactor:
-    """The redactor without the user's patterns, for when one of those timed out: the built-in
-    patterns are linear, so this one finishes."""
-    return redactor if not redactor.extra_patterns else Redactor()
+    #: Seconds each summarizer call took (a timed-out one: until it was given up on).
+    latencies: list[float] = field(default_factory=list)
 
 
 def _tokens_of(batch: Sequence[Message], count_tokens: Callable[[str], int]) -> int:
     """The batch's stored token counts (counted here for a message stored without one)."""
     return sum(
         m.tokens if m.tokens is not None else count_tokens(text_of(m.content)) for m in batch
-    )
-
-
-def scrub_payload(payload: SummaryPayload, redactor: Redactor) -> SummaryPayload:
-    """``payload`` with every secret redacted from its text (pinned facts aside: the user set
-    them, and they reach the summarizer redacted) and every identifier that holds one dropped:
-    an identifier is carried verbatim into every later summary, so ``[REDACTED:…]`` in it would
-    only be noise, and a secret in it (from a record written before a pattern existed, or a
-    summarizer that made one up) would be carried for good."""
-    try:
-        return _scrub(payload, redactor)
-    except RedactionError:
-        return _scrub(payload, _safe_redactor(redactor))
-
-
-def _scrub(payload: SummaryPayload, redactor: Redactor) -> SummaryPayload:
-    data = payload.model_dump(exclude={"identifiers", "identifier_sources", "pinned_facts"})
-    clean = _redacted(data, redactor)
-    dropped = {i for i in payload.identifiers if "[REDACTED:" in i or redactor.redact(i) != i}
-    if clean == data and not dropped:
-        return payload
-    return SummaryPayload.model_validate(
-        {
-            **clean,
-            "identifiers": [i for i in payload.identifiers if i not in dropped],
-            "identifier_sources": {
-                source: [i for i in ids if i not in dropped]
-                for source, ids in payload.identifier_sources.items()
-            },
-            "pinned_facts": payload.pinned_facts,
-        }
     )
 
 
@@ -152,15 +82,39 @@ def _context(previous: SummaryPayload | None, lang: str) -> str:
     return cut_text("\n".join(lines), 400)
 
 
+#: Longest provider error kept in a reason (its start and its end: the numbers come last).
+ERROR_CHARS = 240
+
+
+_PROVIDER_MESSAGE = re.compile(r"""['"]message['"]\s*:\s*(['"])(.+?)\1\s*[,}]""")
+_WRAPPERS = re.compile(r"^(?:(?:[\w.]+(?:Error|Exception)\w*|Error code: \d+)\s*[:-]\s*)+")
+
+
+def error_line(message: str) -> str:
+    """A provider's error on one line: the server's own message when the error wraps one (the
+    client's class names and status prefixes left out), cut in the middle when long."""
+    line = " ".join(message.split())
+    found = _PROVIDER_MESSAGE.search(line)
+    text = found.group(2) if found else _WRAPPERS.sub("", line)
+    return cut_middle(text or line, ERROR_CHARS)
+
+
+def _next_chunk(
+    rest: list[Message], limits: CallLimits | None, count_tokens: Callable[[str], int]
+) -> tuple[list[Message], list[Message]]:
+    """The part of ``rest`` the next call digests (all of it unless ``limits`` say less; a tool
+    call stays with its results) and what is left."""
+    if limits is None or _tokens_of(rest, count_tokens) <= limits.batch_tokens:
+        return rest, []
+    first = split_batches(rest, limits.batch_tokens)[0]
+    return first, rest[len(first) :]
+
+
 def _answer_tokens(budget: int, batch_tokens: int, max_out: int | None) -> int:
     """How long a digest to ask for: about a quarter of what it digests, within the summary
     budget and half the model's output limit."""
     want = min(budget, max(150, batch_tokens // 4))
     return min(want, max(64, max_out // 2)) if max_out else want
-
-
-#: A model that may write fewer output tokens than this is asked for fewer fields.
-SMALL_OUTPUT = 1024
 
 
 async def _llm_answer(
@@ -178,8 +132,12 @@ async def _llm_answer(
     count_tokens: Callable[[str], int],
     first: bool,
     deadline_bound: bool = False,
+    speed: SpeedBook | None = None,
+    max_tokens: int | None = None,
 ) -> Answer:
-    """One request for a digest of ``batch`` and what of its answer can be merged."""
+    """One request for a digest of ``batch`` and what of its answer can be merged.
+    ``max_tokens``: the most the answer may take (default ``budget``); ``speed`` is fed the
+    call's time."""
     transcript = render_transcript(
         batch,
         tool_truncate_chars=config.tool_truncate_chars,
@@ -193,22 +151,30 @@ async def _llm_answer(
     except RedactionError as exc:
         raise SummarizerError(f"redaction of the previous summary failed: {exc}") from None
     max_out = llm.max_output_tokens(model)
-    answer_tokens = _answer_tokens(budget, _tokens_of(batch, count_tokens), max_out)
+    limit = budget if max_tokens is None else min(budget, max_tokens)
+    batch_tokens = _tokens_of(batch, count_tokens)
+    answer_tokens = _answer_tokens(limit, batch_tokens, max_out)
+    # The request's shape follows the model (its window, its output limit, what its speed
+    # allows), not the summary budget.
+    model_limit = min(max_tokens or max_out or budget, max_out or budget)
+    keys = request_keys(model_limit, llm.context_window(model))
     prompt = build_summary_messages(
         transcript=transcript,
         lang=lang,
         custom_prompt=config.summary_prompt,
         budget_tokens=answer_tokens,
         context=context,
-        keys=SMALL_PAYLOAD_KEYS if max_out is not None and max_out < SMALL_OUTPUT else PAYLOAD_KEYS,
+        keys=keys,
     )
+    prompt_tokens = sum(count_tokens(m["content"]) for m in prompt)
     outcome.llm_calls += 1
+    started = time.monotonic()
     try:
         completion = await asyncio.wait_for(
             llm.complete(
                 prompt,
                 model=model,
-                max_tokens=budget,
+                max_tokens=limit,
                 temperature=config.summary_temperature,
                 timeout=timeout,
             ),
@@ -216,15 +182,26 @@ async def _llm_answer(
             # (a blocking compression), exactly at it.
             timeout if deadline_bound else timeout + 1.0,
         )
-    except TimeoutError:
-        raise SummarizerError(
-            f"timed out after {timeout:.1f}s", cut_by_deadline=deadline_bound
-        ) from None
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        first_line = (str(exc).strip().splitlines() or [""])[0]
-        raise SummarizerError(f"{type(exc).__name__}: {first_line[:120]}") from None
+        if not isinstance(exc, TimeoutError) and "timeout" not in type(exc).__name__.lower():
+            raise SummarizerError(f"{type(exc).__name__}: {error_line(str(exc))}") from None
+        waited = time.monotonic() - started
+        outcome.latencies.append(waited)
+        if speed is not None and not deadline_bound:
+            # What was waited, not the timeout: a client that gave up sooner says less.
+            sample = Sample(prompt_tokens, batch_tokens, limit, waited, timed_out=True)
+            speed.timed_out(model, sample, limit)
+        raise SummarizerError(
+            timeout_reason(timeout, speed.speed(model) if speed is not None else None),
+            cut_by_deadline=deadline_bound,
+        ) from None
+    elapsed = time.monotonic() - started
+    outcome.latencies.append(elapsed)
+    if speed is not None:
+        written = completion.usage.completion_tokens or count_tokens(completion.text or "")
+        speed.observe(model, Sample(prompt_tokens, batch_tokens, written, elapsed))
     outcome.cost += completion.cost or 0.0
     outcome.input_tokens += completion.usage.prompt_tokens
     text = completion.text or ""
@@ -269,121 +246,148 @@ async def summarize_batches(
     count_tokens: Callable[[str], int],
     deadline: float | None = None,
     text_budget: int | None = None,
+    speed: SpeedBook | None = None,
 ) -> SummarizeOutcome:
     """Fold ``batches`` into ``previous`` in order. Without a model, or past the deadline, the
     rules engine merges; when the model fails, ``config.fallback`` decides: ``rules`` merges this
     batch by rules, ``trim`` stops (the remaining batches are left for the caller to trim).
     ``text_budget`` (default ``budget``) is what the rendered summary is fitted to: the summary
-    budget less the framing of the block it is injected in, so the block fits without a cut."""
+    budget less the framing of the block it is injected in, so the block fits without a cut.
+    ``speed``: the summarizer's measured speed; a batch larger than what one call can digest
+    in ``summary_timeout_s`` at that speed is digested in several calls (``speed.call_limits``),
+    and no call is sent while the server still works on one given up on."""
     # A record written before a pattern existed may carry a secret as an identifier: the plain
     # text gate would then reject every answer for "losing" it, and the rules engine would carry
     # it on. It goes before anything else.
     payload = scrub_payload(previous, redactor) if previous is not None else None
     outcome = SummarizeOutcome(payload=previous or SummaryPayload(), batches_done=0, model=model)
     fit_budget = budget if text_budget is None else text_budget
+    stop = False
     for batch in batches:
-        merged: SummaryPayload | None = None
-        # An extractive merge grows the summary by at most a share of what this batch adds
-        # (decisions.summary_growth), so the compression frees what its plan counted on; a
-        # model's answer is its own digest and is only fitted to the budget.
-        now = count_tokens(render_payload(payload, lang)) if payload is not None else 0
-        rules_budget = min(
-            fit_budget,
-            now + summary_growth(_tokens_of(batch, count_tokens), now, fit_budget),
-        )
-        remaining = None if deadline is None else deadline - time.monotonic()
-        redacted = True
-        try:
-            clean = redact_messages(batch, redactor)
-        except RedactionError as exc:
-            # Text that could not be redacted never leaves for the summarizer. The rules engine
-            # merges it locally, from text the built-in patterns did redact: what it keeps
-            # (identifiers, quoted sentences) is stored and injected.
-            clean, redacted = redact_messages(batch, _safe_redactor(redactor)), False
-            outcome.errors.append(f"redaction failed ({exc}); the rules engine merged the batch")
-            outcome.fallback = "rules"
-        if model is None:
-            pass  # no model configured: the rules engine is the summarizer, not a fallback
-        elif not redacted:
-            pass
-        elif remaining is not None and remaining <= 0.05:
-            outcome.fallback = "rules"
-            outcome.notes.append("deadline passed: the rules engine finished the compression")
-        else:
-            timeout = (
-                config.summary_timeout_s
-                if remaining is None
-                else min(config.summary_timeout_s, remaining)
+        rest = list(batch)
+        while rest and not stop:
+            limits = (
+                speed.limits(model, timeout_s=config.summary_timeout_s, max_tokens=budget)
+                if speed is not None and model is not None
+                else None
             )
+            chunk, rest = _next_chunk(rest, limits, count_tokens)
+            merged: SummaryPayload | None = None
+            # An extractive merge grows the summary by at most a share of what this batch adds
+            # (decisions.summary_growth), so the compression frees what its plan counted on; a
+            # model's answer is its own digest and is only fitted to the budget.
+            now = count_tokens(render_payload(payload, lang)) if payload is not None else 0
+            rules_budget = min(
+                fit_budget,
+                now + summary_growth(_tokens_of(chunk, count_tokens), now, fit_budget),
+            )
+            remaining = None if deadline is None else deadline - time.monotonic()
+            redacted = True
             try:
-                answer = await _llm_answer(
+                clean = redact_messages(chunk, redactor)
+            except RedactionError as exc:
+                # Text that could not be redacted never leaves for the summarizer. The rules engine
+                # merges it locally, from text the built-in patterns did redact: what it keeps
+                # (identifiers, quoted sentences) is stored and injected.
+                clean, redacted = redact_messages(chunk, safe_redactor(redactor)), False
+                outcome.errors.append(
+                    f"redaction failed ({exc}), the rules engine merged the batch"
+                )
+                outcome.fallback = "rules"
+            if model is None:
+                pass  # no model configured: the rules engine is the summarizer, not a fallback
+            elif not redacted:
+                pass
+            elif remaining is not None and remaining <= 0.05:
+                outcome.fallback = "rules"
+                outcome.notes.append("deadline passed: the rules engine finished the compression")
+            else:
+                busy = speed.busy_for(model) if speed is not None else 0.0
+                if busy > 0 and (remaining is None or remaining - busy > 1.0):
+                    # The server still works on a call given up on: no new one queued behind it.
+                    await asyncio.sleep(busy)
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                timeout = (
+                    config.summary_timeout_s
+                    if remaining is None
+                    else min(config.summary_timeout_s, remaining)
+                )
+                bound = remaining is not None and remaining < config.summary_timeout_s
+                try:
+                    answer = await _llm_answer(
+                        payload,
+                        clean,
+                        llm=llm,
+                        model=model,
+                        config=config,
+                        budget=budget,
+                        lang=lang,
+                        timeout=timeout,
+                        outcome=outcome,
+                        redactor=redactor,
+                        count_tokens=count_tokens,
+                        first=outcome.llm_calls == 0,
+                        deadline_bound=bound,
+                        speed=speed,
+                        max_tokens=limits.max_tokens if limits is not None else None,
+                    )
+                except SummarizerError as exc:
+                    if exc.cut_by_deadline:
+                        # Past the deadline the rules engine finishes the run, whatever the
+                        # fallback.
+                        outcome.fallback = "rules"
+                        outcome.notes.append(
+                            "deadline passed: the rules engine finished the compression"
+                        )
+                    else:
+                        log.warning("summarizer failed (%s); fallback: %s", exc, config.fallback)
+                        outcome.errors.append(str(exc))
+                        outcome.fallback = config.fallback
+                        if config.fallback == "trim":
+                            stop = True
+                            break
+                else:
+                    # The model's digest, merged by the rules engine: its lists join the previous
+                    # ones, its sentences compete for the record with the conversation's own.
+                    outcome.model_batches += 1
+                    outcome.notes.extend(n for n in answer.notes if n not in outcome.notes)
+                    # Room for at least the answer's opening sentence (and the lines around it),
+                    # even when the batch is too small for the growth rule to allow it.
+                    opening = count_tokens(answer.digest[0]) + 40 if answer.digest else 0
+                    merged = rules_merge(
+                        layer_answer(payload, answer),
+                        clean,
+                        budget_tokens=min(fit_budget, max(rules_budget, now + opening)),
+                        count_tokens=count_tokens,
+                        caps=config.caps,
+                        lang=lang,
+                        digest=digest_excerpts(answer, clean, lang),
+                    )
+                    if answer.payload.conversation_goal:
+                        # The model read the whole part: its goal over the newest request's words.
+                        goal = cut_text(
+                            answer.payload.conversation_goal,
+                            config.caps.goal_chars,
+                            marker_counts=True,
+                        )
+                        merged = merged.model_copy(update={"conversation_goal": goal})
+            if merged is None:
+                merged = rules_merge(
                     payload,
                     clean,
-                    llm=llm,
-                    model=model,
-                    config=config,
-                    budget=budget,
-                    lang=lang,
-                    timeout=timeout,
-                    outcome=outcome,
-                    redactor=redactor,
-                    count_tokens=count_tokens,
-                    first=outcome.llm_calls == 0,
-                    deadline_bound=remaining is not None and remaining < config.summary_timeout_s,
-                )
-            except SummarizerError as exc:
-                if exc.cut_by_deadline:
-                    # Past the deadline the rules engine finishes the run, whatever the fallback.
-                    outcome.fallback = "rules"
-                    outcome.notes.append(
-                        "deadline passed: the rules engine finished the compression"
-                    )
-                else:
-                    log.warning("summarizer failed (%s); fallback: %s", exc, config.fallback)
-                    outcome.errors.append(str(exc))
-                    outcome.fallback = config.fallback
-                    if config.fallback == "trim":
-                        break
-            else:
-                # The model's digest, merged by the rules engine: its lists join the previous
-                # ones, its sentences compete for the record with the conversation's own.
-                outcome.model_batches += 1
-                outcome.notes.extend(n for n in answer.notes if n not in outcome.notes)
-                # Room for at least the answer's opening sentence (and the lines around it),
-                # even when the batch is too small for the growth rule to allow it.
-                opening = count_tokens(answer.digest[0]) + 40 if answer.digest else 0
-                merged = rules_merge(
-                    layer_answer(payload, answer),
-                    clean,
-                    budget_tokens=min(fit_budget, max(rules_budget, now + opening)),
+                    budget_tokens=rules_budget,
                     count_tokens=count_tokens,
                     caps=config.caps,
                     lang=lang,
-                    digest=digest_excerpts(answer, clean, lang),
                 )
-                if answer.payload.conversation_goal:
-                    # The model read the whole part: its goal over the newest request's words.
-                    goal = cut_text(
-                        answer.payload.conversation_goal,
-                        config.caps.goal_chars,
-                        marker_counts=True,
-                    )
-                    merged = merged.model_copy(update={"conversation_goal": goal})
-        if merged is None:
-            merged = rules_merge(
-                payload,
-                clean,
-                budget_tokens=rules_budget,
-                count_tokens=count_tokens,
-                caps=config.caps,
-                lang=lang,
+            payload = fit_to_budget(
+                apply_caps(scrub_payload(merged, redactor), config.caps),
+                fit_budget,
+                count_tokens,
+                lang,
             )
-        payload = fit_to_budget(
-            apply_caps(scrub_payload(merged, redactor), config.caps),
-            fit_budget,
-            count_tokens,
-            lang,
-        )
+        if stop:
+            break
         outcome.batches_done += 1
     outcome.payload = payload or SummaryPayload()
     return outcome

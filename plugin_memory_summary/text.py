@@ -12,7 +12,7 @@ from host_stub.messages import scrub_surrogates
 
 from .patterns import lazy_regex
 
-__all__ = ["ELLIPSIS", "collapse_whitespace", "cut_text", "sentences"]
+__all__ = ["ELLIPSIS", "collapse_whitespace", "cut_middle", "cut_text", "sentences"]
 
 #: The marker appended to cut text.
 ELLIPSIS = "…"
@@ -91,3 +91,14 @@ def sentences(text: str) -> list[str]:
             if sentence:
                 out.append(sentence)
     return out
+
+
+def cut_middle(text: str, limit: int) -> str:
+    """``text`` on one line, at most ``limit`` characters: when longer, its start and its end
+    with ``…`` between them (an error message says what failed first and its numbers last)."""
+    line = collapse_whitespace(text)
+    if len(line) <= limit:
+        return line
+    head = (limit - 1) * 2 // 5
+    tail = limit - 1 - head
+    return line[:head].rstrip() + ELLIPSIS + line[len(line) - tail :].lstrip()

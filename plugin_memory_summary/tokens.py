@@ -13,6 +13,7 @@ from .decisions import fixed_tokens, summary_budget, tail_room_cap
 from .fitting import fit_to_budget, render_payload
 from .hygiene import framing_overhead, wrap_summary_block
 from .record import SummaryRecord
+from .speed import SpeedBook
 from .text import cut_text
 
 __all__ = ["BLOCK_CACHE_SIZE", "COUNT_MEMO_SIZE", "TokenBook"]
@@ -36,6 +37,8 @@ class TokenBook:
         #: Token counts of recent texts, oldest first.
         self._counted: dict[str, int] = {}
         self._blocks: dict[BlockKey, tuple[str, int]] = {}
+        #: How fast each summary model answered so far (sizes its calls to its timeout).
+        self.speed = SpeedBook()
 
     @property
     def recall(self) -> bool:

@@ -269,7 +269,10 @@ def test_replay_reports_compressions_that_fell_back(
     assert code == 0, err
     count = int(re.search(r"^  compressions       (\d+) ", out, re.M)[1])
     assert count >= 1
-    assert f"  fell back          {count} of {count} compressions used the rules fallback:" in out
+    assert (
+        f"  fell back          {count} of {count} compressions used the rules fallback, by kind:"
+        in out
+    )
     assert "model overloaded" in out
     assert "openai/fake-model failed, fallback rules" in out
     assert "final summary:" in out  # the rules engine still wrote one

@@ -172,3 +172,48 @@ async def test_the_summarizer_input_is_little_more_than_what_it_digests() -> Non
     context, transcript = user.split("<transcript>", 1)
     assert "14A" not in context  # the previous record is not resent
     assert len(second[0]["content"]) + len(context) < 1500
+
+
+#: Prose whose lines open with the conversation's own bracketed timestamps (issue 17, point 9).
+STAMPED = (
+    "[5:23 pm on 8 May, 2023]: A 23 kg bag, 40 EUR.\n"
+    "[5:25 pm on 8 May, 2023]: Breakfast box on the Oslo flight.\n"
+    "[5:26 pm on 8 May, 2023] Traveller: all done."
+)
+
+
+async def test_prose_whose_lines_open_with_bracketed_timestamps_is_used() -> None:
+    _, result, text, _ = await run(STAMPED)
+    assert result["status"] == "done" and result["stats"]["fallback"] is None, result
+    assert "Breakfast box on the Oslo flight." in text
+
+
+@pytest.mark.parametrize(
+    "debris",
+    [
+        '[5:23 pm on 8 May, 2023] {"event": "bag added", "when": "8 May"},',
+        '["5:23 pm on 8 May, 2023", "bag added"],\n["5:25 pm", "breakfast"]',
+    ],
+    ids=["object-after-stamp", "list-of-strings"],
+)
+def test_json_after_a_timestamp_is_still_debris(debris: str) -> None:
+    from plugin_memory_summary.parsing import debris_reason
+
+    assert debris_reason(debris) is not None
+
+
+def test_prose_lines_a_weak_model_made_up_are_left_out() -> None:
+    from plugin_memory_summary.answers import read_answer
+
+    source = (
+        "user: I went to the LGBTQ support group yesterday, the transgender stories inspired me."
+    )
+    answer = read_answer(
+        "A recent LGBTQ support group shared inspiring transgender stories. "
+        "Melanie praised the wonderful baking contest results for everyone's families.",
+        cut_off=False,
+        instructions="You write short summaries.",
+        source=source,
+    )
+    assert answer.digest == ["A recent LGBTQ support group shared inspiring transgender stories."]
+    assert any("left out" in n for n in answer.notes)

@@ -27,6 +27,10 @@ class CompressionEvent:
     fallback: str | None = None
     cost: float = 0.0
     duration_s: float = 0.0
+    #: Summarizer calls, those whose answer the merge used, and the seconds each took.
+    llm_calls: int = 0
+    answers_used: int = 0
+    llm_seconds: list[float] = field(default_factory=list)
 
     @property
     def fell_back(self) -> bool:
@@ -139,4 +143,7 @@ def compression_event(turn: int, payload: dict[str, Any]) -> CompressionEvent | 
         fallback=stats.get("fallback"),
         cost=float(stats.get("cost") or 0.0),
         duration_s=float(stats.get("duration_s") or 0.0),
+        llm_calls=int(stats.get("llm_calls") or 0),
+        answers_used=int(stats.get("answers_used") or 0),
+        llm_seconds=[float(t) for t in stats.get("llm_seconds") or []],
     )

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from .models import CompressionEvent, ReplayReport
+from .reasons import fallback_kinds
 
-__all__ = ["calibration_line", "compression_line", "render_report"]
+__all__ = ["calibration_line", "compression_line", "fallback_lines", "render_report"]
 
 
 def _n(value: float) -> str:
@@ -29,7 +30,11 @@ def compression_line(event: CompressionEvent) -> str:
     if event.model is None:
         how = "rules engine"
     elif event.fell_back:
-        how = f"{event.model} failed, fallback {event.fallback}: {_short(event.reason)}"
+        how = f"{event.model} failed, fallback {event.fallback}: {_why(event.reason)}"
+        if event.answers_used:
+            how = f"{event.model}: {event.answers_used} of {event.llm_calls} answers used, " + (
+                f"fallback {event.fallback} for the rest: {_why(event.reason)}"
+            )
     else:
         how = event.model
     trigger = {
@@ -39,6 +44,37 @@ def compression_line(event: CompressionEvent) -> str:
         "manual": ", manual",
     }.get(event.trigger, f", {event.trigger}")
     return f"{what}{tokens} ({how}{trigger})"
+
+
+#: Kinds of fallback reason listed one per line; the rest are counted on a "+N more" line.
+KINDS_SHOWN = 8
+
+
+def fallback_lines(reasons: Iterable[str], pad: str = " " * 23) -> list[str]:
+    """One line per kind of reason (``3 x rejected: lost identifiers``), every kind up to
+    :data:`KINDS_SHOWN` and then ``+N more kinds``; a provider error or a timeout shows its
+    first message, cut in the middle so its numbers stay."""
+    kinds = fallback_kinds(reasons)
+    lines = []
+    for kind, count, example in kinds[:KINDS_SHOWN]:
+        detail = f": {example}" if kind.startswith(("error:", "timed out")) else ""
+        lines.append(f"{pad}{count} x {kind}{detail}")
+    if len(kinds) > KINDS_SHOWN:
+        rest = kinds[KINDS_SHOWN:]
+        lines.append(
+            f"{pad}+{len(rest)} more kinds ({sum(n for _, n, _ in rest)} compressions): "
+            + ", ".join(kind for kind, _, _ in rest)
+        )
+    return lines
+
+
+def _why(reason: str) -> str:
+    """A run's reasons as their kinds; a provider error's or a timeout's message, cut in the
+    middle, after its kind."""
+    return ", ".join(
+        f"{kind} ({example})" if kind.startswith(("error:", "timed out")) else kind
+        for kind, _, example in fallback_kinds([reason])
+    ) or _short(reason)
 
 
 def _short(text: str, limit: int = 120) -> str:
@@ -84,14 +120,19 @@ def render_report(report: ReplayReport) -> str:
     )
     engine = report.summary_model or "the rules engine, offline, no model"
     lines.append(f"  compressions       {len(w.compressions)} (summarizer: {engine})")
+    used = [e for e in w.compressions if e.answers_used]
+    if report.summary_model and w.compressions:
+        lines.append(
+            f"  model's answer     used in {len(used)} of {len(w.compressions)} compressions "
+            f"({sum(e.answers_used for e in w.compressions)} of "
+            f"{sum(e.llm_calls for e in w.compressions)} summarizer calls)"
+        )
     if report.fell_back:
-        reasons = Counter(_short(e.reason, 100) for e in report.fell_back)
         lines.append(
             f"  fell back          {len(report.fell_back)} of {len(w.compressions)} "
-            f"compressions used the {report.fell_back[0].fallback} fallback:"
+            f"compressions used the {report.fell_back[0].fallback} fallback, by kind:"
         )
-        pad = " " * 23
-        lines += [f"{pad}{count} x {reason}" for reason, count in reasons.most_common(3)]
+        lines += fallback_lines(e.reason for e in report.fell_back)
     elif report.summary_model:
         lines.append("  fell back          0 compressions")
     marks = []

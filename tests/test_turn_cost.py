@@ -152,6 +152,52 @@ async def test_sqlite_reads_the_active_history_through_its_index(tmp_path: Path)
         raw.close()
 
 
+async def test_a_sqlite_snapshot_decodes_only_the_rows_it_has_not_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn adds a row or two: the rows the last snapshot of the session decoded are reused,
+    as private copies, unless a column changed (another process may rewrite a row)."""
+    from host_stub.memory import common
+
+    decoded: list[int] = []
+    real = common.message_from_row
+
+    def counting(**row: Any) -> Message:
+        decoded.append(row["seq"])
+        return real(**row)
+
+    monkeypatch.setattr(common, "message_from_row", counting)
+    monkeypatch.setattr(sqlite_store, "message_from_row", counting)
+    path = tmp_path / "m.db"
+    memory = SQLiteMemory(str(path), lambda m: 1)
+    try:
+        await memory.append("s", [Message(role="user", content=f"m{i}") for i in range(40)])
+        decoded.clear()  # the append's own copies
+        first = await memory.snapshot("s")
+        assert sorted(decoded) == list(range(1, 41))
+        await memory.append("s", [Message(role="assistant", content="a", metadata={"k": [1]})])
+        decoded.clear()
+        second = await memory.snapshot("s")
+        assert decoded == [41]
+        assert [m.model_dump() for m in second.messages[:40]] == [
+            m.model_dump() for m in first.messages
+        ]
+        second.messages[40].metadata["k"].append(2)  # a caller's change stays its own
+        second.messages[0].content = "changed"
+        raw = sqlite3.connect(path)
+        body = '{"content":"rewritten"}'
+        raw.execute("UPDATE messages SET body = ? WHERE session_id = 's' AND seq = 2", (body,))
+        raw.commit()
+        raw.close()
+        decoded.clear()
+        third = await memory.snapshot("s")
+        assert decoded == [2]
+        assert [m.content for m in third.messages[:3]] == ["m0", "rewritten", "m2"]
+        assert third.messages[40].metadata == {"k": [1]}
+    finally:
+        await memory.close()
+
+
 async def test_in_memory_reads_copy_only_the_mutable_parts_of_a_message(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -8,7 +8,6 @@ they pass in or get back without touching the store.
 from __future__ import annotations
 
 import asyncio
-import copy
 import itertools
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -31,6 +30,7 @@ from .common import (
     body_of,
     check_limit,
     check_ttl,
+    copy_message,
     dump_value,
     is_core,
     load_value,
@@ -506,20 +506,6 @@ def _newest(messages: list[Message], limit: int | None) -> list[Message]:
     if limit is None:
         return messages
     return messages[max(0, len(messages) - limit) :] if limit else []
-
-
-def copy_message(message: Message) -> Message:
-    """A private copy of a stored message: a new model whose mutable parts (list content, tool
-    calls, metadata) are deep copies; strings and numbers, which cannot change, are shared. A
-    deep copy of every field took most of an in-memory turn."""
-    update: dict[str, Any] = {}
-    if isinstance(message.content, list):
-        update["content"] = copy.deepcopy(message.content)
-    if message.tool_calls:
-        update["tool_calls"] = copy.deepcopy(message.tool_calls)
-    if message.metadata:
-        update["metadata"] = copy.deepcopy(message.metadata)
-    return message.model_copy(update=update)
 
 
 def _copies(messages: list[Message]) -> list[Message]:

@@ -79,6 +79,7 @@ from ..services import (
 )
 from ..session_ids import check_session_id
 from .common import (
+    DecodedRows,
     TokenCounter,
     body_of,
     check_limit,
@@ -234,6 +235,8 @@ class SQLiteMemory:
         # Used only in the worker thread:
         self._db: sqlite3.Connection | None = None
         self._trace: TraceCallback | None = None
+        #: The active rows of recently read sessions, decoded (on the event loop's side).
+        self._decoded = DecodedRows()
 
     # -- the worker thread --------------------------------------------------------------------
 
@@ -445,7 +448,7 @@ class SQLiteMemory:
         return Snapshot(
             session_id=session_id,
             epoch=epoch,
-            messages=_messages(rows),
+            messages=self._decoded.messages(session_id, rows),
             record=None if record is None else _entry(record),
         )
 

@@ -249,6 +249,38 @@ async def test_in_memory_reads_copy_only_the_mutable_parts_of_a_message(
     assert again[1].tool_calls[0].function.name == "f"
 
 
+async def test_tool_calls_are_copied_without_a_deep_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tool call's fields are strings: a snapshot gives new models sharing them (a deep copy
+    took most of a tool-calling message's copy); an extra field holding a container is still
+    copied deep, so a caller's change never reaches the store."""
+    from host_stub.messages import ToolCall, ToolCallFunction
+
+    memory = InMemoryMemory(token_counter=lambda m: 1)
+    plain = ToolCall(id="c1", function=ToolCallFunction(name="f", arguments="{}"), index=0)
+    nested = ToolCall(id="c2", function=ToolCallFunction(name="h", arguments="{}"), tags=["a"])
+    await memory.append("s", [Message(role="assistant", tool_calls=[plain, nested])])
+    deep: list[str] = []
+    real = ToolCall.__deepcopy__
+
+    def counting(self: Any, memo: Any = None) -> Any:
+        deep.append(self.id)
+        return real(self, memo)
+
+    monkeypatch.setattr(ToolCall, "__deepcopy__", counting)
+    (message,) = (await memory.snapshot("s")).messages
+    assert deep == ["c2"]
+    assert message.tool_calls is not None
+    first, second = message.tool_calls
+    first.function.name, first.id = "g", "x"
+    first.model_extra["index"] = 5  # type: ignore[index]
+    second.model_extra["tags"].append("b")  # type: ignore[index]
+    (again,) = (await memory.snapshot("s")).messages
+    assert again.tool_calls is not None
+    assert [c.model_dump() for c in again.tool_calls] == [plain.model_dump(), nested.model_dump()]
+    assert again.tool_calls[0].model_extra == {"index": 0}
+    assert again.tool_calls[1].model_extra == {"tags": ["a"]}
+
+
 async def test_an_append_reuses_the_terms_of_the_message_before() -> None:
     """The search index lends a message the terms of the one before: an append computes the
     new message's terms only, not those of the message stored before it again."""

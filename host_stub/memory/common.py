@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ..messages import Message
+from ..messages import Message, ToolCall
 from ..services import MetadataEntry
 
 __all__ = [
@@ -64,10 +64,25 @@ def copy_message(message: Message) -> Message:
     if isinstance(message.content, list):
         update["content"] = copy.deepcopy(message.content)
     if message.tool_calls:
-        update["tool_calls"] = copy.deepcopy(message.tool_calls)
+        update["tool_calls"] = [_copy_call(call) for call in message.tool_calls]
     if message.metadata:
         update["metadata"] = copy.deepcopy(message.metadata)
     return message.model_copy(update=update)
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _copy_call(call: ToolCall) -> ToolCall:
+    """A private copy of a tool call: new models sharing their strings (a deep copy took most
+    of the copy of a tool-calling message); deep only when an extra field holds a container."""
+    function = call.function
+    extras = [*(call.model_extra or {}).values(), *(function.model_extra or {}).values()]
+    if all(isinstance(value, _SCALARS) for value in extras):
+        new = copy.copy(call)  # a new model with its own field dict and extras
+        new.__dict__["function"] = copy.copy(function)
+        return new
+    return copy.deepcopy(call)
 
 
 #: One stored row as a database returns it: seq, epoch, role, kind, body, tokens, archived.

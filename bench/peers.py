@@ -367,8 +367,11 @@ def time_plugin_code(steps: list[float], blocking: list[int]) -> Iterator[None]:
     ``steps[-1]``: the analogue of timing a peer's middleware call, without the host's own
     signal and hook dispatch. Patched on the class before the host starts, so the host registers
     the timed methods. ``blocking[-1]`` counts the step's blocking (hard) compression requests:
-    the step waits for a compression, as a peer's step waits for its inline summarizer call."""
+    the step waits for a compression, as a peer's step waits for its inline summarizer call.
+    They are counted where every request goes, the scheduler (``before_model_call`` asks it
+    directly, not through the plugin's ``request``)."""
     from plugin_memory_summary.plugin import MemorySummaryPlugin
+    from plugin_memory_summary.scheduler import Scheduler
 
     depth = [0]
 
@@ -406,7 +409,7 @@ def time_plugin_code(steps: list[float], blocking: list[int]) -> Iterator[None]:
         return sync_wrapper
 
     originals = {name: getattr(MemorySummaryPlugin, name) for name in PLUGIN_ENTRY_POINTS}
-    originals["request"] = request = MemorySummaryPlugin.request
+    request = Scheduler.request
 
     @functools.wraps(request)
     async def counted_request(self: Any, session_id: str, reason: str, **kwargs: Any) -> Any:
@@ -417,11 +420,12 @@ def time_plugin_code(steps: list[float], blocking: list[int]) -> Iterator[None]:
     try:
         for name in PLUGIN_ENTRY_POINTS:
             setattr(MemorySummaryPlugin, name, timed(originals[name]))
-        MemorySummaryPlugin.request = counted_request  # type: ignore[method-assign]
+        Scheduler.request = counted_request  # type: ignore[method-assign]
         yield
     finally:
         for name, fn in originals.items():
             setattr(MemorySummaryPlugin, name, fn)
+        Scheduler.request = request  # type: ignore[method-assign]
 
 
 async def run_ours(

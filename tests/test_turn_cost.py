@@ -99,25 +99,28 @@ async def test_markers_are_stored_without_counting() -> None:
         assert counted_message.tokens and len(counted) == 1  # a message is counted
 
 
-class NoArchiveScan(dict):
-    """A session's message dict that fails if anything walks it (the archive)."""
+async def test_the_in_memory_store_reads_only_active_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A snapshot and a history read copy the active messages only, however large the archive
+    (every message a read hands out is a private copy: counting the copies counts the rows)."""
+    from host_stub.memory import inmemory
 
-    def values(self) -> Any:
-        raise AssertionError("walked every stored message")
+    copied: list[int | None] = []
+    real = inmemory.copy_message
 
-    def __iter__(self) -> Any:
-        raise AssertionError("walked every stored message")
+    def counting(message: Message) -> Message:
+        copied.append(message.seq)
+        return real(message)
 
-
-async def test_the_in_memory_store_reads_only_active_rows() -> None:
     memory = InMemoryMemory(token_counter=lambda m: 1)
     await memory.append("s", [Message(role="user", content=f"m{i}") for i in range(500)])
     await memory.trim_history("s", keep_recent=10)
-    session = memory._sessions["s"]
-    session.messages = NoArchiveScan(session.messages)
+    monkeypatch.setattr(inmemory, "copy_message", counting)
     snap = await memory.snapshot("s")
     assert [m.seq for m in snap.messages] == list(range(491, 501))
     assert len(await memory.get_history("s")) == 10
+    assert sorted(set(copied)) == list(range(491, 501)) and len(copied) == 20
     info = (await memory.list_sessions())[0]
     assert (info.active, info.archived) == (10, 490)
 

@@ -362,6 +362,12 @@ def tau_row(label: str, score: TauScore, trajectories: int) -> list[Any]:
     ]
 
 
+def _long_chat_cells(seen: int, kept: int, bad: Any, over: Any, done: Any) -> list[Any]:
+    """A long tool chat's row after its name: ids archived, kept, the share kept, violations,
+    calls over budget, compressions."""
+    return [seen, kept, round(kept / seen, 3) if seen else "-", bad, over, done]
+
+
 async def main() -> None:
     p = parser(__doc__.splitlines()[0])
     args = p.parse_args()
@@ -552,15 +558,7 @@ async def main() -> None:
         progress(f"tau-bench long chat: {name}")
         seen, kept_ids, bad, over, done, run = await tau_long_chat(chain, settings[name], counter)
         calls["tau-long", f"plugin: {name}"].append(run)
-        long_table.add(
-            f"plugin: {name}",
-            seen,
-            kept_ids,
-            round(kept_ids / seen, 3) if seen else "-",
-            bad,
-            over,
-            done,
-        )
+        long_table.add(f"plugin: {name}", *_long_chat_cells(seen, kept_ids, bad, over, done))
 
     # Tier 1's share: the same chat with old tool output left whole in the prompt.
     progress("tau-bench long chat: no tier-1 pruning")
@@ -568,12 +566,7 @@ async def main() -> None:
     seen, kept_ids, bad, over, done, _ = await tau_long_chat(chain, unpruned, counter)
     long_table.add(
         "plugin: default without tier-1 pruning",
-        seen,
-        kept_ids,
-        round(kept_ids / seen, 3) if seen else "-",
-        bad,
-        over,
-        done,
+        *_long_chat_cells(seen, kept_ids, bad, over, done),
     )
 
     # The same chat on every slice of 25 trajectories: data the defaults were not tuned on.
@@ -598,23 +591,9 @@ async def main() -> None:
         pooled[0] += seen
         pooled[1] += kept_ids
         slices.add(
-            f"{start}-{start + len(part)}",
-            seen,
-            kept_ids,
-            round(kept_ids / seen, 3) if seen else "-",
-            bad,
-            over,
-            done,
+            f"{start}-{start + len(part)}", *_long_chat_cells(seen, kept_ids, bad, over, done)
         )
-    slices.add(
-        "all slices (pooled)",
-        pooled[0],
-        pooled[1],
-        round(pooled[1] / pooled[0], 3) if pooled[0] else "-",
-        "-",
-        "-",
-        "-",
-    )
+    slices.add("all slices (pooled)", *_long_chat_cells(pooled[0], pooled[1], "-", "-", "-"))
 
     none, window, _ = baseline_runs(tau_chain(chain), counter)
     calls["tau-long", "sliding window"].append(window)

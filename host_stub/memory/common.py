@@ -16,6 +16,7 @@ from ..services import MetadataEntry
 __all__ = [
     "TokenCounter",
     "body_of",
+    "decode_row",
     "check_limit",
     "check_ttl",
     "copy_message",
@@ -89,6 +90,14 @@ def _copy_call(call: ToolCall) -> ToolCall:
 MessageRow = tuple[int, int, str, str, str, int, "str | None"]
 
 
+def decode_row(row: Sequence[Any]) -> Message:
+    """A stored message from its row ``(seq, epoch, role, kind, body, tokens, archived)``."""
+    seq, epoch, role, kind, body, tokens, archived = row
+    return message_from_row(
+        role=role, kind=kind, body=body, seq=seq, epoch=epoch, tokens=tokens, archived=archived
+    )
+
+
 class DecodedRows:
     """The messages a database backend decoded from the active rows of its recently read
     sessions, so a snapshot decodes only the rows it has not seen (a turn adds one or two):
@@ -107,19 +116,7 @@ class DecodedRows:
         out = []
         for row in rows:
             hit = seen.get(row[0])
-            if hit is not None and hit[0] == row:
-                message = hit[1]
-            else:
-                seq, epoch, role, kind, body, tokens, archived = row
-                message = message_from_row(
-                    role=role,
-                    kind=kind,
-                    body=body,
-                    seq=seq,
-                    epoch=epoch,
-                    tokens=tokens,
-                    archived=archived,
-                )
+            message = hit[1] if hit is not None and hit[0] == row else decode_row(row)
             kept[row[0]] = (row, message)
             out.append(copy_message(message))
         self._by_session[session_id] = kept

@@ -84,6 +84,7 @@ from .common import (
     body_of,
     check_limit,
     check_ttl,
+    decode_row,
     dump_value,
     load_value,
     message_from_row,
@@ -1085,18 +1086,7 @@ def _backfill_stats(db: sqlite3.Connection) -> None:
 
 
 def _messages(rows: Iterable[_Row]) -> list[Message]:
-    return [
-        message_from_row(
-            role=role,
-            kind=kind,
-            body=body,
-            seq=seq,
-            epoch=epoch,
-            tokens=tokens,
-            archived=archived,
-        )
-        for seq, epoch, role, kind, body, tokens, archived in rows
-    ]
+    return [decode_row(row) for row in rows]
 
 
 def _entry(row: _Row) -> MetadataEntry:

@@ -46,6 +46,9 @@ REPLAY_MODEL = "gpt-4o-mini"
 #: Characters of the last prompts sent that the host keeps, to measure each session's next
 #: prompt's prefix reuse (the least recently used sessions go first).
 LAST_PROMPTS_CHARS = 16_000_000
+#: Contribution texts whose token counts the host keeps (each session's summary block, a few
+#: static ones).
+CONTRIBUTION_COUNTS = 256
 
 
 @dataclass
@@ -149,6 +152,9 @@ class Host:
         self.plugins: dict[str, LoadedPlugin] = {}
         self.message_archive: MemoryMessageArchive | None = None
         self._system_tokens: int | None = None
+        #: Tokens of the contributions' texts lately seen (a summary block is the same text from
+        #: one compression to the next: counted once, not at every model call).
+        self._text_counts: OrderedDict[str, int] = OrderedDict()
         self._tool_def_tokens: int | None = None
         #: Names of the tools plugins added through ``agent_tools``.
         self.plugin_tools: set[str] = set()
@@ -390,6 +396,14 @@ class Host:
         self, session_id: str, *, dry_run: bool = False
     ) -> tuple[Snapshot, list[dict[str, Any]], signals.TokenUsage, PromptView]:
         """One consistent snapshot -> contributions -> messages and their measured usage."""
+        snap, prompt, usage, view, _ = await self._build(session_id, dry_run=dry_run)
+        return snap, prompt, usage, view
+
+    async def _build(
+        self, session_id: str, *, dry_run: bool = False
+    ) -> tuple[Snapshot, list[dict[str, Any]], signals.TokenUsage, PromptView, dict[int, int]]:
+        """:meth:`build_prompt`, and the token counts the history's messages carry, by the id of
+        the message sent (see :func:`~host_stub.prompt.assemble_prompt`)."""
         snap = await self.memory.snapshot(session_id)
         history, repaired = sanitize_tool_pairs([m for m in snap.messages if not m.is_marker])
         if repaired:
@@ -420,7 +434,7 @@ class Host:
             system_tokens=self._system_tokens,
             tool_def_tokens=self._tool_def_tokens,
             reserved_for_reply=round(self.config.host.reserve_for_reply / ratio),
-            count_text=self.count_text,
+            count_text=self._count_contribution,
         )
         used = sum(breakdown.model_dump().values())
         usage = signals.TokenUsage(
@@ -437,29 +451,31 @@ class Host:
         view = base.model_copy(
             update={"usage_ratio": usage.usage_ratio, "breakdown": breakdown.model_dump()}
         )
+        stored: dict[int, int] = {}
         prompt = assemble_prompt(
             self.config.host.system_prompt,
             contributions,
             shown,
             merge_system_messages=self.config.host.merge_system_messages,
+            stored_counts=stored,
         )
-        return snap, prompt, usage, view
+        return snap, prompt, usage, view, stored
 
     async def _prepare_call(self, session_id: str, result: TurnResult) -> list[dict[str, Any]]:
         """Measure, let plugins act before the call, rebuild once if the history changed: if
         anything wrote to the session through this host's store while the hook ran (a blocking
         compression), the snapshot is read again and compared."""
         writes = self._writes.of(session_id)
-        snap, prompt, usage, view = await self.build_prompt(session_id)
-        usage, tokens = self._with_reuse(session_id, prompt, usage)
+        snap, prompt, usage, view, stored = await self._build(session_id)
+        usage, tokens = self._with_reuse(session_id, prompt, usage, stored)
         await self.bus.send(signals.TOKEN_USAGE, **usage.model_dump())
         result.usage.append(usage)
         await self._before_model_call(view)
         if self._writes.of(session_id) != writes:
             again = await self.memory.snapshot(session_id)
             if snapshot_key(again) != snapshot_key(snap):
-                snap, prompt, usage, view = await self.build_prompt(session_id)
-                usage, tokens = self._with_reuse(session_id, prompt, usage, rebuilt=True)
+                snap, prompt, usage, view, stored = await self._build(session_id)
+                usage, tokens = self._with_reuse(session_id, prompt, usage, stored, rebuilt=True)
                 await self.bus.send(signals.TOKEN_USAGE, **usage.model_dump())
                 result.usage.append(usage)
         result.sent.append(prompt)
@@ -471,23 +487,40 @@ class Host:
         session_id: str,
         prompt: list[dict[str, Any]],
         usage: signals.TokenUsage,
+        stored: Mapping[int, int],
         *,
         rebuilt: bool = False,
     ) -> tuple[signals.TokenUsage, list[int]]:
         """``usage`` with the prompt's message tokens and the prefix it shares with the last
         prompt sent in the session, and each message's tokens. Only the messages after the
-        shared ones are counted: the others' counts are the last prompt's."""
+        shared ones are looked at: the others' counts are the last prompt's; of those, a history
+        message has the count it carries (``stored``, by the id of the message sent), and only
+        the others (a changed summary block) are counted."""
         last = self._last_sent.get(session_id)
         if last is None:
-            tokens = [self._count_wire(m) for m in prompt]
+            tokens = [stored.get(id(m)) or self._count_wire(m) for m in prompt]
             reused = None
         else:
             same = shared_messages(last.messages, prompt)
             known = known_counts(last.messages[same:], last.tokens[same:])
-            tokens = [*last.tokens[:same], *(self._known_or_count(m, known) for m in prompt[same:])]
+            tokens = [
+                *last.tokens[:same],
+                *(stored.get(id(m)) or self._known_or_count(m, known) for m in prompt[same:]),
+            ]
             reused = prefix_reuse(last.messages, prompt, self._count_wire, tokens=tokens).reused
         update = {"message_tokens": sum(tokens), "reused_tokens": reused, "rebuilt": rebuilt}
         return usage.model_copy(update=update), tokens
+
+    def _count_contribution(self, text: str) -> int:
+        """A contribution's tokens, counted once while its text is among the last few seen."""
+        n = self._text_counts.get(text)
+        if n is None:
+            n = self._text_counts[text] = self.count_text(text)
+            while len(self._text_counts) > CONTRIBUTION_COUNTS:
+                self._text_counts.popitem(last=False)
+        else:
+            self._text_counts.move_to_end(text)
+        return n
 
     def _known_or_count(self, message: Mapping[str, Any], known: Mapping[Any, int]) -> int:
         """A message the last prompt also sent (at another place: the history moved after a

@@ -84,6 +84,7 @@ def assemble_prompt(
     history: Sequence[Message],
     *,
     merge_system_messages: bool = False,
+    stored_counts: dict[int, int] | None = None,
 ) -> list[dict[str, Any]]:
     """The messages sent to the model: identity, the static system prompt, knowledge
     contributions, the history's leading system messages, context contributions (the static
@@ -93,7 +94,11 @@ def assemble_prompt(
     The history's leading system messages are core memory (never archived), as static as the
     system prompt: before the context contributions, a summary that changes at every compression
     leaves them in the prefix a provider's prompt cache reuses. ``merge_system_messages`` joins
-    the head into one system message (core messages that are plain text included)."""
+    the head into one system message (core messages that are plain text included).
+
+    ``stored_counts``, when given, is filled with ``id(sent message) -> tokens`` for each history
+    message sent as it is, from the count it carries (stored at append, or taken again by
+    :func:`apply_replacements`): the caller need not count those again."""
     items = dedupe_contributions(contributions)
     by_anchor: dict[str, list[str]] = {a: [] for a in ANCHORS}
     for item in items:
@@ -102,6 +107,11 @@ def assemble_prompt(
     static = [text for text in static if text]
     context = [text for text in by_anchor["context"] if text]
     body = [m.to_openai() for m in history if not m.is_marker]
+    if stored_counts is not None:
+        sent = [m for m in history if not m.is_marker]
+        stored_counts.update(
+            (id(w), m.tokens) for w, m in zip(body, sent, strict=True) if m.tokens is not None
+        )
     lead = 0
     while lead < len(body) and body[lead]["role"] == "system":
         lead += 1

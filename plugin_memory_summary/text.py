@@ -57,12 +57,7 @@ def cut_text(text: str, limit: int, marker: str = ELLIPSIS, *, marker_counts: bo
         if limit <= len(marker):
             marker = ""
         room = limit - len(marker)
-    end = 0
-    # finditer is lazy: only the first ``room`` code points (and one cluster more) are scanned.
-    for cluster in _GRAPHEME().finditer(text):
-        if cluster.end() > room:
-            break
-        end = cluster.end()
+    end = _cluster_end(text, room)
     if not marker_counts:
         return text[:end] + marker
     head = text[:end]
@@ -71,6 +66,22 @@ def cut_text(text: str, limit: int, marker: str = ELLIPSIS, *, marker_counts: bo
         if space >= 0.6 * room:
             head = head[:space]
     return head.rstrip() + marker
+
+
+def _cluster_end(text: str, room: int) -> int:
+    """The end of the last grapheme cluster of ``text`` that ends within ``room`` code points."""
+    if room <= 0:
+        return 0
+    if text[: room + 1].isascii():
+        # In ASCII every code point is a cluster of its own, but for CR LF (one cluster).
+        return room - 1 if text[room - 1 : room + 1] == "\r\n" else room
+    end = 0
+    # finditer is lazy: only the first ``room`` code points (and one cluster more) are scanned.
+    for cluster in _GRAPHEME().finditer(text):
+        if cluster.end() > room:
+            break
+        end = cluster.end()
+    return end
 
 
 _BULLET = lazy_regex(r"^\s*(?:[-*•>]+|\d{1,3}[.)])\s+")

@@ -1301,7 +1301,40 @@ async def test_sqlite_schema_1_file_gets_its_search_index(tmp_path: Path) -> Non
     finally:
         await store.close()
     with contextlib.closing(sqlite3.connect(path)) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+
+
+async def test_sqlite_schema_5_file_is_not_indexed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Schema 5 indexed every append: its sessions count as indexed up to their last message, so
+    the upgrade computes no terms again, and what is appended after it is found."""
+    from host_stub.memory import sqlite as sqlite_module
+
+    path = tmp_path / "v5.db"
+    store = SQLiteMemory(path, count_tokens)
+    await store.append("s", [Message(role="user", content="kyoto ryokan booked")])
+    await store.append("s", [Message(role="assistant", content="osaka castle at nine")])
+    assert [h.message.seq for h in await store.search("s", "osaka")] == [2]
+    await store.close()
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        raw.execute("ALTER TABLE sessions DROP COLUMN indexed_seq")
+        raw.execute("PRAGMA user_version = 5")
+        raw.commit()
+    computed: list[str] = []
+    own = sqlite_module.own_terms
+    monkeypatch.setattr(sqlite_module, "own_terms", lambda m: computed.append(m.content) or own(m))
+    store = SQLiteMemory(path, count_tokens)
+    try:
+        assert [h.message.seq for h in await store.search("s", "kyoto")][:1] == [1]
+        assert computed == []
+        await store.append("s", [Message(role="user", content="kyoto again tomorrow")])
+        assert [h.message.seq for h in await store.search("s", "tomorrow")] == [3]
+        assert computed == ["kyoto again tomorrow"]
+    finally:
+        await store.close()
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
 # -- an old store's search index, upgraded --------------------------------------------------------
@@ -1382,7 +1415,7 @@ async def test_sqlite_schema_4_file_keeps_its_messages_and_gets_search_counts(
     finally:
         await store.close()
     with contextlib.closing(sqlite3.connect(path)) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
         # The counts are the entries' counts.
         docs, length = raw.execute(
             "SELECT docs, length FROM search_sessions WHERE session_id = 's'"
@@ -1404,6 +1437,7 @@ async def _churn(store: MemoryService) -> None:
     """Appends, deletes, a clear of the history and a forget: what the search counts follow."""
     await store.append("s", _old_messages())
     await store.append("t", [user("Kyoto ryokan in session t"), user("umbrella")])
+    await store.search("t", "kyoto")  # indexed before the clear (stores may index lazily)
     await store.append("u", [user("gone soon: Kyoto umbrella")])
     await store.delete_messages("s", [2, 5, 99])
     await store.delete_messages("s", [2])  # twice: counted once
@@ -1411,6 +1445,8 @@ async def _churn(store: MemoryService) -> None:
     await store.append("t", [user("after the clear: umbrella umbrella")])
     await store.forget("u")
     await store.append("s", [assistant("more Kyoto")])
+    for session in ("s", "t"):  # the counts read below are those of an index a search saw
+        await store.search(session, "kyoto")
 
 
 def _recount(entries: list[tuple[str, str]]) -> tuple[int, float, dict[str, int]]:

@@ -276,10 +276,10 @@ class CountingLLM(FakeLLM):
         return super().count_tokens(messages_or_text, model)
 
 
-async def test_only_the_messages_after_the_shared_prefix_are_counted_again() -> None:
+async def test_a_message_is_counted_once_when_stored_not_again_in_the_prompt() -> None:
     config = HostConfig.model_validate({"host": {"model": "fake/chat"}, "plugins": {"allow": []}})
     llm = CountingLLM()
-    memory = InMemoryMemory(token_counter=lambda m: 7)
+    memory = InMemoryMemory(token_counter=lambda m: llm.count_tokens([m]))
     host = await Host(config, memory=memory, llm=llm).start()
     try:
         for i in range(30):
@@ -289,10 +289,12 @@ async def test_only_the_messages_after_the_shared_prefix_are_counted_again() -> 
     finally:
         await host.stop()
     (usage,) = result.usage
-    # The prompt holds the system prompt and 61 messages; two are new since the last call: the
-    # reply to it and the new question.
+    # The prompt holds the system prompt and 61 messages; two are new since the last call (the
+    # reply to it and the new question): they carry the counts the store took at their appends.
+    # This turn counted only what it stored: the question and the reply.
+    assert len(result.sent[0]) == 62
+    assert [m.content for m in llm.counted] == ["last", "b"]
     new = [{"role": "assistant", "content": "a"}, {"role": "user", "content": "last"}]
-    assert len(result.sent[0]) == 62 and llm.counted == new
     assert usage.message_tokens == sum(llm.count_tokens([m]) for m in result.sent[0])
     assert usage.reused_tokens == usage.message_tokens - sum(llm.count_tokens([m]) for m in new)
 

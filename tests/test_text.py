@@ -3,6 +3,7 @@ the payload's (marker within the limit). The transcript mode's own cases are in 
 
 from __future__ import annotations
 
+import pytest
 import regex
 from hypothesis import given
 from hypothesis import strategies as st
@@ -94,3 +95,39 @@ def test_a_cut_is_bounded_encodable_and_a_grapheme_prefix(
 def test_collapse_whitespace_puts_text_on_one_line() -> None:
     assert collapse_whitespace("  a\n b\t\tc \u2028 d  ") == "a b c d"
     assert collapse_whitespace(" \n ") == ""
+
+
+def _clusters_scanned(text: str, room: int) -> int:
+    """The end of the last grapheme cluster within ``room``, found by scanning every cluster."""
+    end = 0
+    for cluster in regex.finditer(r"\X", text):
+        if cluster.end() > room:
+            break
+        end = cluster.end()
+    return end
+
+
+@given(
+    st.lists(st.sampled_from(["a", " ", "\r", "\n", "\r\n", "é", "e\u0301", "👍🏽"])).map("".join),
+    st.integers(min_value=0, max_value=40),
+)
+def test_a_cut_ends_where_a_scan_of_every_cluster_ends(text: str, room: int) -> None:
+    """ASCII is cut without scanning clusters one by one (a tool result of thousands of
+    characters is cut in microseconds); the end is the same as the scan's, CR LF kept whole."""
+    from plugin_memory_summary.text import _cluster_end
+
+    if len(text) > room:
+        assert _cluster_end(text, room) == _clusters_scanned(text, room)
+
+
+def test_cutting_a_long_ascii_result_does_not_scan_it_cluster_by_cluster(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from plugin_memory_summary import text as text_module
+
+    def no_scan() -> None:
+        raise AssertionError("scanned cluster by cluster")
+
+    monkeypatch.setattr(text_module, "_GRAPHEME", no_scan)
+    cut = cut_text('{"flights": [' + '{"id": "HAT123", "price": 120}, ' * 500, 4000)
+    assert len(cut) == 4001 and cut.endswith("…")

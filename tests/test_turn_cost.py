@@ -65,6 +65,36 @@ async def test_one_snapshot_per_model_call_when_nothing_changed() -> None:
             assert not any(u.rebuilt for u in result.usage)
 
 
+class Summary:
+    """A plugin that contributes the same summary block at every model call, as the memory
+    plugin does between two compressions."""
+
+    text = "Summary of the chat so far: the user booked flight HAT123 to Boston."
+
+    @hookimpl
+    def agent_prompt(self, view: PromptView) -> dict[str, str]:
+        return {"id": "summary", "anchor": "context", "content": self.text}
+
+
+async def test_an_unchanged_summary_block_is_counted_once() -> None:
+    counted: list[str] = []
+
+    class Counting(FakeLLM):
+        def count_tokens(self, messages_or_text: Any, model: str | None = None) -> int:
+            if isinstance(messages_or_text, str):
+                counted.append(messages_or_text)
+            return super().count_tokens(messages_or_text, model)
+
+    llm = Counting(default="ok")
+    async with Host(NO_ENTRY_POINTS, llm=llm, plugins=[("summary", Summary())]) as host:
+        for i in range(4):
+            result = await host.run_turn(
+                "s", f"q{i}", recorded=[Message(role="assistant", content=f"a{i}")]
+            )
+        assert result.usage[-1].breakdown.summary == llm.count_tokens(Summary.text)
+    assert counted.count(Summary.text) == 2  # once by the host over four turns, once above
+
+
 async def test_a_hook_that_writes_gets_the_prompt_built_again() -> None:
     memory = CountingMemory()
     async with Host(
@@ -284,15 +314,19 @@ async def test_tool_calls_are_copied_without_a_deep_copy(monkeypatch: pytest.Mon
     assert again.tool_calls[1].model_extra == {"tags": ["a"]}
 
 
-async def test_an_append_reuses_the_terms_of_the_message_before() -> None:
-    """The search index lends a message the terms of the one before: an append computes the
-    new message's terms only, not those of the message stored before it again."""
-    from host_stub.memory import inmemory
-
-    memory = InMemoryMemory(token_counter=lambda m: 1)
-    await memory.append("s", [Message(role="user", content="booking reference alpha")])
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+async def test_an_append_computes_no_search_terms(backend: str, tmp_path: Path) -> None:
+    """Appends are on the turn's path, the search index is not: an append stores the message and
+    computes no index terms; the next search (or archive) indexes what was stored since, each
+    message's terms computed once, and finds the newest message."""
     import host_stub.memory.search_plan as search
+    from host_stub.memory import inmemory, sqlite
 
+    memory: Any = (
+        InMemoryMemory(token_counter=lambda m: 1)
+        if backend == "memory"
+        else SQLiteMemory(tmp_path / "m.db", token_counter=lambda m: 1)
+    )
     own = search.own_terms
     calls: list[Any] = []
 
@@ -300,43 +334,62 @@ async def test_an_append_reuses_the_terms_of_the_message_before() -> None:
         calls.append(message.content)
         return own(message)
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(inmemory, "own_terms", counting_own)
-        patch.setattr(search, "own_terms", counting_own)
-        await memory.append("s", [Message(role="user", content="hotel confirmation beta")])
-    assert calls == ["hotel confirmation beta"]
-    hits = await memory.search("s", "alpha")
-    assert [h.message.seq for h in hits][:1] == [1]
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            for module in (inmemory, sqlite, search):
+                patch.setattr(module, "own_terms", counting_own)
+            await memory.append("s", [Message(role="user", content="booking reference alpha")])
+            await memory.append("s", [Message(role="user", content="hotel confirmation beta")])
+            assert calls == []
+            hits = await memory.search("s", "alpha")
+            assert [h.message.seq for h in hits][:1] == [1]
+            assert calls == ["booking reference alpha", "hotel confirmation beta"]
+            await memory.append("s", [Message(role="user", content="gamma seat")])
+            assert [h.message.seq for h in await memory.search("s", "gamma")] == [3]
+            # the message before lends its terms from the index, not by computing them again
+            assert calls[2:] == ["gamma seat"]
+    finally:
+        await memory.close()
 
 
 async def test_messages_the_last_prompt_sent_are_not_counted_again() -> None:
     """After the history moved (the oldest archived between turns), the messages the previous
-    prompt sent keep their counts: only the new ones are counted."""
+    prompt sent keep their counts, and a message new to the prompt has the count the store took
+    at its append: each message is counted once, when it is stored."""
     counted: list[str] = []
 
     class Counting(FakeLLM):
         def count_tokens(self, messages_or_text: Any, model: str | None = None) -> int:
             if isinstance(messages_or_text, list):
-                counted.extend(str(m.get("content")) for m in messages_or_text)
+                counted.extend(
+                    str(m.get("content") if isinstance(m, dict) else m.content)
+                    for m in messages_or_text
+                )
             return super().count_tokens(messages_or_text, model)
 
-    memory = InMemoryMemory(token_counter=lambda m: 5)
-    async with Host(NO_ENTRY_POINTS, memory=memory, llm=Counting(default="ok")) as host:
+    llm = Counting(default="ok")
+    config = NO_ENTRY_POINTS.model_copy(
+        update={"host": NO_ENTRY_POINTS.host.model_copy(update={"memory": "memory://"})}
+    )
+    async with Host(config, llm=llm) as host:
         for i in range(6):
             last = await host.run_turn(
                 "s", f"q{i}", recorded=[Message(role="assistant", content=f"a{i}")]
             )
         previous = {str(m["content"]) for m in last.sent[-1]}
-        await memory.trim_history("s", keep_recent=6)
+        await host.memory.trim_history("s", keep_recent=6)
         counted.clear()
         result = await host.run_turn("s", "q6", recorded=[Message(role="assistant", content="a6")])
         assert result.outcome == "replied"
         sent = [m["content"] for m in result.sent[-1] if m["role"] != "system"]
         assert sent == ["q3", "a3", "q4", "a4", "q5", "a5", "q6"]
-        assert {"a5", "q6"} <= set(counted)  # new to the prompt
+        # by the store, at their appends (a5 was counted at its own); the prefix the first
+        # changed message shares with the last prompt's is counted apart
+        assert [c for c in counted if c in {"q6", "a6", "a5"}] == ["q6", "a6"]
         assert [c for c in counted if c in previous] == []
         usage = result.usage[-1]
-        assert usage.message_tokens == sum(host.llm.count_tokens([m]) for m in result.sent[-1])
+        counted.clear()
+        assert usage.message_tokens == sum(llm.count_tokens([m]) for m in result.sent[-1])
 
 
 @given(st.text(alphabet=st.characters(max_codepoint=127), max_size=80))

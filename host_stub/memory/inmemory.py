@@ -43,8 +43,8 @@ from .common import (
 from .search_plan import (
     CONTEXT_SPAN,
     Indexed,
-    batch_terms,
     choose,
+    lend_context,
     own_terms,
     plan_search,
     query_terms,
@@ -69,17 +69,40 @@ class _Session:
     docs: dict[int, tuple[dict[str, float], float, float]] = field(default_factory=dict)
     total_terms: float = 0.0
 
-    #: (seq, own terms) of the message indexed last: the next append needs them as context.
+    #: (seq, own terms) of the message indexed last: the next catch-up needs them as context.
     last_own: tuple[int, list[str]] | None = None
+    #: Messages up to this seq are in the index; those after it are indexed by the next
+    #: :meth:`catch_up` (a search, an archive), not by the append that stored them.
+    indexed_seq: int = 0
+    #: When each message not indexed yet was stored.
+    pending: dict[int, float] = field(default_factory=dict)
 
-    def previous_terms(self, first_seq: int) -> list[str] | None:
-        """The own terms of the searchable message a batch starting at ``first_seq`` follows."""
+    def previous_terms(self, first_seq: int) -> tuple[int, list[str]] | None:
+        """``(seq, own terms)`` of the searchable message messages from ``first_seq`` on follow
+        (at most :data:`CONTEXT_SPAN` seqs back)."""
         for seq in range(first_seq - 1, max(0, first_seq - 1 - CONTEXT_SPAN), -1):
             if seq in self.docs:
                 if self.last_own is not None and self.last_own[0] == seq:
-                    return self.last_own[1]
-                return own_terms(self.messages[seq])
+                    return self.last_own
+                own = own_terms(self.messages[seq])
+                return None if own is None else (seq, own)
         return None
+
+    def catch_up(self) -> None:
+        """Index the messages stored since the last catch-up."""
+        if self.indexed_seq >= self.last_seq:
+            return
+        docs = [
+            (seq, own_terms(self.messages[seq]))
+            for seq in range(self.indexed_seq + 1, self.last_seq + 1)
+            if seq in self.pending
+        ]
+        previous = self.previous_terms(self.indexed_seq + 1)
+        for (seq, _), indexed in zip(docs, lend_context(docs, previous), strict=True):
+            if indexed is not None:
+                self.index(seq, indexed, self.pending[seq])
+        self.indexed_seq = self.last_seq
+        self.pending.clear()
 
     def index(self, seq: int, indexed: Indexed, now: float) -> None:
         counts = weighted_counts(indexed)
@@ -181,9 +204,8 @@ class InMemoryMemory:
         async with self._lock:
             session = self._session(session_id)
             now = time.time()
-            terms = batch_terms(messages, session.previous_terms(session.last_seq + 1))
             out: list[Message] = []
-            for (message, tokens), indexed in zip(counted, terms, strict=True):
+            for message, tokens in counted:
                 session.last_seq += 1
                 # Through JSON, as the SQL backends store it, so all accept the same input.
                 stored = message_from_row(
@@ -196,8 +218,7 @@ class InMemoryMemory:
                     archived=None,
                 )
                 session.messages[stored.seq] = stored  # type: ignore[index]
-                if indexed is not None:
-                    session.index(session.last_seq, indexed, now)
+                session.pending[session.last_seq] = now  # indexed by the next catch-up
                 session.active[stored.seq] = stored  # type: ignore[index]
                 out.append(copy_message(stored))
             session.updated_at = now
@@ -240,7 +261,10 @@ class InMemoryMemory:
         terms = query_terms(query)
         async with self._lock:
             session = self._sessions.get(session_id)
-            if session is None or not terms or not limit or not session.docs:
+            if session is None or not terms or not limit:
+                return []
+            session.catch_up()
+            if not session.docs:
                 return []
             docs = session.docs
             postings = session.postings
@@ -308,6 +332,7 @@ class InMemoryMemory:
             session = self._sessions.get(session_id)
             if session is None:
                 return []
+            session.catch_up()
             return _copies(
                 [
                     m
@@ -330,7 +355,9 @@ class InMemoryMemory:
             active = [(m.seq or 0, m.kind, m.role) for m in self._active(session_id)]
             seqs = select_trim(active, keep_recent, up_to_seq)
             if seqs:
-                self._archive(self._sessions[session_id], seqs, reason, time.time())
+                session = self._sessions[session_id]
+                session.catch_up()  # an archive is background work: the index catches up here
+                self._archive(session, seqs, reason, time.time())
             return seqs
 
     async def commit_compression(
@@ -355,6 +382,7 @@ class InMemoryMemory:
             now = time.time()
             self._write_metadata(namespace, session_id, record, now)
             if session is not None:
+                session.catch_up()  # an archive is background work: the index catches up here
                 seqs = [
                     m.seq or 0
                     for m in self._active(session_id)
@@ -452,6 +480,8 @@ class InMemoryMemory:
                 seqs = [m.seq or 0 for m in self._active(session_id)]
                 self._archive(session, seqs, "cleared", now)
                 session.unindex(list(session.docs))
+                session.indexed_seq = session.last_seq  # what was not indexed never will be
+                session.pending.clear()
             if types is None:
                 namespaces = sorted(ns for ns, key in self._metadata if key == session_id)
             else:
@@ -470,6 +500,7 @@ class InMemoryMemory:
                 for s in set(seqs)
                 if s in session.messages and session.messages[s].archived != "deleted"
             )
+            session.catch_up()  # the messages after them were lent their terms
             self._archive(session, found, "deleted", time.time())
             session.unindex(found)
             return found

@@ -300,6 +300,25 @@ def batch_terms(
     return with_context([own_terms(m) for m in messages], previous)
 
 
+def lend_context(
+    docs: Sequence[tuple[int, list[str] | None]], previous: tuple[int, list[str]] | None
+) -> list[Indexed | None]:
+    """:func:`with_context` for messages indexed after they were stored, any number of appends
+    at once: ``docs`` are ``(seq, own terms)`` in seq order, ``previous`` the ``(seq, own
+    terms)`` of the searchable message before them, if any. A message borrows from the
+    searchable one before it only within :data:`CONTEXT_SPAN` seqs, so the entries are the same
+    however the messages were grouped into appends and catch-ups."""
+    out: list[Indexed | None] = []
+    for seq, own in docs:
+        if own is None:
+            out.append(None)
+            continue
+        lent = previous is not None and previous[0] >= seq - CONTEXT_SPAN
+        out.append((own, context_of(previous[1]) if lent and previous is not None else []))
+        previous = (seq, own)
+    return out
+
+
 def weighted_counts(indexed: Indexed) -> dict[str, float]:
     """Term frequencies of an entry: own terms count 1, lent ones :data:`CONTEXT_WEIGHT`."""
     counts: dict[str, float] = {}

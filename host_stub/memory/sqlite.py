@@ -43,12 +43,16 @@ Search. An FTS5 table (``search``: a message's own terms and the terms it is len
 space-joined) holds a session's entries as one rowid range (``key << 32 | seq``); next to it,
 ``search_sessions`` (each session's key, number and total length of entries) and
 ``search_terms`` (each term's document frequency in each session), written in the transactions
-that write the entries. A search follows ``search_plan.plan_search``: it reads the planned lists and
-conjunctions (``group_concat`` of the rowids; ``ORDER BY rowid DESC LIMIT k`` for the newest of
-one term; an ``AND`` query read whole, its newest kept, as FTS5 walks those backwards slowly),
-probes the other terms with FTS5 ``AND`` queries, and scores the candidates ``search_plan.choose``
-picks from FTS5's content table (``search_content``). FTS5's own ``bm25`` is not used: it ranks
-every match and takes its statistics from every session of the file.
+that write the entries. An append does not index (the turn waits for appends): the session's
+messages after ``sessions.indexed_seq`` are indexed by ``_catch_up``, run by a search or range
+read first (its own write transaction, only when something waits) and inside the transactions
+that archive (``commit_compression``, ``trim_history``: background work) or delete. A search
+follows ``search_plan.plan_search``: it reads the planned lists and conjunctions
+(``group_concat`` of the rowids; ``ORDER BY rowid DESC LIMIT k`` for the newest of one term; an
+``AND`` query read whole, its newest kept, as FTS5 walks those backwards slowly), probes the
+other terms with FTS5 ``AND`` queries, and scores the candidates ``search_plan.choose`` picks
+from FTS5's content table (``search_content``). FTS5's own ``bm25`` is not used: it ranks every
+match and takes its statistics from every session of the file.
 
 Tracing. :meth:`SQLiteMemory.set_trace_callback` installs a ``sqlite3`` trace callback on the
 connection. It runs in the worker thread just before each statement (``BEGIN`` and ``COMMIT``
@@ -100,6 +104,7 @@ from .search_plan import (
     choose,
     distinct_terms,
     doc_length,
+    lend_context,
     own_terms,
     plan_search,
     query_terms,
@@ -112,7 +117,7 @@ from .search_plan import (
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteMemory", "backfill_search", "message_rows"]
 
 #: Stored in ``PRAGMA user_version``; bump it and add a step to ``MIGRATIONS`` on schema changes.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 MIGRATIONS: dict[int, str] = {
     # from version 0 (empty file) to 1
@@ -186,6 +191,12 @@ MIGRATIONS: dict[int, str] = {
         df      INTEGER NOT NULL,
         PRIMARY KEY (session, term)
     ) WITHOUT ROWID;
+    """,
+    # 5 -> 6: appends no longer index: a session's messages after ``indexed_seq`` are indexed by
+    # the next search, range read or archive (_catch_up); every stored message was indexed so far
+    5: """
+    ALTER TABLE sessions ADD COLUMN indexed_seq INTEGER NOT NULL DEFAULT 0;
+    UPDATE sessions SET indexed_seq = last_seq;
     """,
 }
 
@@ -268,6 +279,17 @@ class SQLiteMemory:
             self._rollback(db)
             raise
         return result
+
+    def _indexed_then(self, session_id: str, job: _Job[_T]) -> _T:
+        """Worker thread: index what the session stored since its last catch-up (a write
+        transaction, only when something is waiting), then run ``job`` as a read transaction."""
+        db = self._connection()
+        row = _one(
+            db, "SELECT indexed_seq < last_seq FROM sessions WHERE session_id = ?", (session_id,)
+        )
+        if row is not None and row[0]:
+            self._transaction(lambda db: _catch_up(db, session_id), True)
+        return self._transaction(job, False)
 
     def _rollback(self, db: sqlite3.Connection) -> None:
         try:
@@ -374,7 +396,6 @@ class SQLiteMemory:
         if not messages:
             return []
         given = [(m.role, m.kind, body_of(m), tokens_of(m, self._count)) for m in messages]
-        owns = [own_terms(m) for m in messages]
         # The copies handed back, built (and validated) before anything is written; the store
         # fills in their seq and epoch.
         out = [
@@ -408,11 +429,7 @@ class SQLiteMemory:
                 "UPDATE sessions SET last_seq = ?, updated_at = ? WHERE session_id = ?",
                 (last_seq + len(given), now, session_id),
             )
-            terms = with_context(owns, _previous_terms(db, session_id, last_seq + 1))
-            _index(
-                db, session_id, [(last_seq + i, t) for i, t in enumerate(terms, 1) if t is not None]
-            )
-            return epoch, last_seq
+            return epoch, last_seq  # indexed by the next catch-up (a search, an archive)
 
         epoch, last_seq = await self._call(job, write=True)
         for i, message in enumerate(out, 1):
@@ -464,7 +481,7 @@ class SQLiteMemory:
         def job(db: sqlite3.Connection) -> list[tuple[_Row, float]]:
             return _search(db, session_id, terms, role, limit)
 
-        found = await self._call(job, write=False)
+        found = await self._in_worker(self._indexed_then, session_id, job)
         return [
             SearchHit(message=message, score=value, stored_at=to_datetime(row[-1]))
             for message, (row, value) in zip(
@@ -484,7 +501,7 @@ class SQLiteMemory:
                 (session_id, from_seq, to_seq, key << _SEQ_BITS),
             ).fetchall()
 
-        return _messages(await self._call(job, write=False))
+        return _messages(await self._in_worker(self._indexed_then, session_id, job))
 
     async def trim_history(
         self,
@@ -506,6 +523,8 @@ class SQLiteMemory:
                 (session_id,),
             ).fetchall()
             seqs = select_trim(rows, keep_recent, up_to_seq)
+            if seqs:
+                _catch_up(db, session_id)  # background work: the index catches up here
             _archive(db, session_id, seqs, reason, time.time())
             return seqs
 
@@ -532,6 +551,7 @@ class SQLiteMemory:
                 return False
             now = time.time()
             _write_metadata(db, namespace, session_id, value, now)
+            _catch_up(db, session_id)  # background work: the index catches up here
             rows = db.execute(
                 "SELECT seq FROM messages INDEXED BY messages_active"
                 " WHERE session_id = ? AND archived IS NULL"
@@ -666,6 +686,11 @@ class SQLiteMemory:
                     (now, session_id),
                 )
                 _unindex(db, session_id, None)
+                # what was not indexed yet never will be: cleared messages are not searched
+                db.execute(
+                    "UPDATE sessions SET indexed_seq = last_seq WHERE session_id = ?",
+                    (session_id,),
+                )
             if types is None:
                 rows = db.execute(
                     "SELECT namespace FROM metadata WHERE key = ? ORDER BY namespace",
@@ -694,6 +719,8 @@ class SQLiteMemory:
                 else []
             )
             found = [seq for (seq,) in rows]
+            if found:
+                _catch_up(db, session_id)  # the messages after them were lent their terms
             _archive(db, session_id, found, "deleted", time.time())
             _unindex(db, session_id, found)
             return found
@@ -844,26 +871,43 @@ def message_rows(
     return db.execute(sql, params).fetchall()
 
 
-def _previous_terms(db: sqlite3.Connection, session_id: str, first_seq: int) -> list[str] | None:
-    """The own terms of the searchable message that messages from ``first_seq`` on follow (at
-    most ``CONTEXT_SPAN`` seqs back), if any."""
+def _previous_terms(
+    db: sqlite3.Connection, session_id: str, first_seq: int
+) -> tuple[int, list[str]] | None:
+    """``(seq, own terms)`` of the searchable message that messages from ``first_seq`` on follow
+    (at most ``CONTEXT_SPAN`` seqs back), if any, as the index holds them."""
     key = _search_key(db, session_id, create=False)
     if key is None or first_seq <= 1:
         return None
     low = key << _SEQ_BITS
-    rowid = _scalar(
-        db,
-        "SELECT rowid FROM search WHERE rowid BETWEEN ? AND ? ORDER BY rowid DESC LIMIT 1",
-        (low | max(1, first_seq - CONTEXT_SPAN), low | (first_seq - 1)),
-    )
-    if rowid is None:
-        return None
     row = _one(
         db,
-        f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq = ?",
-        (session_id, int(rowid) & _SEQ_MASK),
+        "SELECT rowid, terms FROM search WHERE rowid BETWEEN ? AND ? ORDER BY rowid DESC LIMIT 1",
+        (low | max(1, first_seq - CONTEXT_SPAN), low | (first_seq - 1)),
     )
-    return None if row is None else own_terms(_messages([row])[0])
+    return None if row is None else (int(row[0]) & _SEQ_MASK, str(row[1]).split())
+
+
+def _catch_up(db: sqlite3.Connection, session_id: str) -> None:
+    """Index the session's messages stored after ``indexed_seq`` (appends do not index: the
+    turn does not wait for it); a search or range read runs this first, an archive with it."""
+    row = _one(db, "SELECT indexed_seq, last_seq FROM sessions WHERE session_id = ?", (session_id,))
+    if row is None or row[0] >= row[1]:
+        return
+    indexed_seq, last_seq = row
+    messages = _messages(
+        db.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq > ?"
+            " ORDER BY seq",
+            (session_id, indexed_seq),
+        ).fetchall()
+    )
+    docs = [(m.seq or 0, own_terms(m)) for m in messages]
+    terms = lend_context(docs, _previous_terms(db, session_id, indexed_seq + 1))
+    _index(
+        db, session_id, [(seq, t) for (seq, _), t in zip(docs, terms, strict=True) if t is not None]
+    )
+    db.execute("UPDATE sessions SET indexed_seq = ? WHERE session_id = ?", (last_seq, session_id))
 
 
 def _search_key(db: sqlite3.Connection, session_id: str, *, create: bool) -> int | None:

@@ -362,12 +362,25 @@ def test_two_hosts_on_one_file_never_overlap_their_leases(tmp_path: Path) -> Non
     ]
     per_batch, batches = 4, 12
     with procs.children(*specs) as kids:
-        for child in kids:
+
+        def drive() -> list[list[Any]]:
+            """Both processes write the same session at once, batch after batch; after every
+            batch of each session both wait until their compressions have ended, so the next
+            batches meet at the lease again however fast the turns run on this machine."""
+            out: list[list[Any]] = [[] for _ in kids]
             for k in range(batches):
-                child.send("turns", sessions[k % 2], per_batch * k, per_batch, k == 0)
-        go.set()
-        waits = [(lambda c=c: [c.result("turns", 120) for _ in range(batches)]) for c in kids]
-        values, checks = asyncio.run(_watch(db, sessions, *waits))
+                for child in kids:
+                    child.send("turns", sessions[k % 2], per_batch * k, per_batch, k == 0)
+                if k == 0:
+                    go.set()
+                for got, child in zip(out, kids, strict=True):
+                    got.append(child.result("turns", 120))
+                if k % 2:
+                    for child in kids:
+                        child.call("drain", timeout=120)
+            return out
+
+        (values,), checks = asyncio.run(_watch(db, sessions, drive))
         statuses = [c.call("drain", timeout=120) for c in kids]
         for child in kids:
             child.stop()

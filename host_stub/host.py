@@ -20,7 +20,7 @@ from .calibration import Calibration, calibrated_window
 from .checks import check_message, cut_to_limit
 from .config import ConfigError, HostConfig
 from .hookspecs import AgentTool, Contribution, PromptView, ToolContext
-from .messages import Message, ToolCall, ToolCallFunction
+from .messages import Message, ToolCall, ToolCallFunction, text_of
 from .plugins import LoadedPlugin, check_services, get_plugin_manager, plugin_config
 from .prompt import (
     apply_replacements,
@@ -49,6 +49,9 @@ LAST_PROMPTS_CHARS = 16_000_000
 #: Contribution texts whose token counts the host keeps (each session's summary block, a few
 #: static ones).
 CONTRIBUTION_COUNTS = 256
+#: Replaced history messages (placeholders, cut tool results) whose shown token counts the host
+#: keeps, over all sessions.
+SHOWN_COUNTS = 4096
 
 
 @dataclass
@@ -155,6 +158,8 @@ class Host:
         #: Tokens of the contributions' texts lately seen (a summary block is the same text from
         #: one compression to the next: counted once, not at every model call).
         self._text_counts: OrderedDict[str, int] = OrderedDict()
+        #: Tokens of the history messages plugins replaced lately, as shown (see ``_pruned``).
+        self._shown_counts: OrderedDict[tuple[str, int | None, str], int] = OrderedDict()
         self._tool_def_tokens: int | None = None
         #: Names of the tools plugins added through ``agent_tools``.
         self.plugin_tools: set[str] = set()
@@ -376,7 +381,19 @@ class Host:
                 replacements.setdefault(int(seq), str(text))
         if not replacements:
             return history
-        return apply_replacements(history, replacements, self._count_message)
+
+        def count(message: Message) -> int:
+            # A seq names one message of the session for good: the same replacement of it (a
+            # placeholder, a cut) comes back at every call and is counted once.
+            key = (view.session_id, message.seq, text_of(message.content))
+            n = self._shown_counts.get(key)
+            if n is None:
+                n = self._shown_counts[key] = self._count_message(message)
+                while len(self._shown_counts) > SHOWN_COUNTS:
+                    self._shown_counts.popitem(last=False)
+            return n
+
+        return apply_replacements(history, replacements, count)
 
     async def _before_model_call(self, view: PromptView) -> None:
         assert self.pm is not None

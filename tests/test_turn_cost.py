@@ -427,3 +427,52 @@ def test_only_text_outside_ascii_is_tested_per_character(monkeypatch: pytest.Mon
         "ok",
     ]
     assert seen == ["我对花生过敏 ok"]
+
+
+class Placeholders:
+    """A plugin that shows every tool result as a one-line placeholder, as tier 1 does with old
+    tool groups."""
+
+    @hookimpl
+    def prune_history(self, view: PromptView) -> dict[int, str]:
+        return {m.seq: f"[result #{m.seq} left out]" for m in view.messages if m.role == "tool"}
+
+
+async def test_a_replaced_message_is_counted_once_not_at_every_call() -> None:
+    from host_stub.messages import ToolCall, ToolCallFunction
+
+    counted: list[str] = []
+
+    class Counting(FakeLLM):
+        def count_tokens(self, messages_or_text: Any, model: str | None = None) -> int:
+            if isinstance(messages_or_text, list):
+                counted.extend(
+                    str(m.get("content") if isinstance(m, dict) else m.content)
+                    for m in messages_or_text
+                )
+            return super().count_tokens(messages_or_text, model)
+
+    llm = Counting(default="ok")
+    config = NO_ENTRY_POINTS.model_copy(
+        update={"host": NO_ENTRY_POINTS.host.model_copy(update={"memory": "memory://"})}
+    )
+    async with Host(config, llm=llm, plugins=[("prune", Placeholders())]) as host:
+        call = ToolCall(id="c1", function=ToolCallFunction(name="lookup", arguments="{}"))
+        await host.run_turn(
+            "s",
+            "find it",
+            recorded=[
+                Message(role="assistant", content="", tool_calls=[call]),
+                Message(role="tool", content="a long result " * 50, tool_call_id="c1"),
+                Message(role="assistant", content="found"),
+            ],
+        )
+        for i in range(3):
+            result = await host.run_turn(
+                "s", f"q{i}", recorded=[Message(role="assistant", content=f"a{i}")]
+            )
+        sent = [m["content"] for m in result.sent[-1] if m["role"] == "tool"]
+        (placeholder,) = sent
+    assert placeholder.startswith("[result #")
+    # counted when the prompt first showed it, not at each of the four calls after
+    assert counted.count(placeholder) == 1

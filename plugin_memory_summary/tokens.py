@@ -101,8 +101,9 @@ class TokenBook:
         same counter that measures it; cached per version so the per-turn cost does not grow
         with anything."""
         key = (session_id, version, budget)
-        cached = self._blocks.get(key)
+        cached = self._blocks.get(key) or self._larger_that_fits(session_id, version, budget)
         if cached is not None:
+            self._blocks[key] = cached
             return cached
         wrap = functools.partial(wrap_summary_block, recall=self.recall)
         block = wrap(record.text, record.lang)
@@ -129,6 +130,18 @@ class TokenBook:
             self._blocks.clear()
         self._blocks[key] = (block, tokens)
         return block, tokens
+
+    def _larger_that_fits(
+        self, session_id: str, version: int, budget: int
+    ) -> tuple[str, int] | None:
+        """A block already made for a larger budget of the same record that fits ``budget`` too:
+        it is the one ``budget`` would get (the candidates shrink in one order and the largest
+        that fits is taken), so a prompt that shrinks a little reuses it instead of rendering
+        and counting again."""
+        for (sid, ver, made_for), (block, tokens) in self._blocks.items():
+            if sid == session_id and ver == version and made_for > budget and tokens <= budget:
+                return block, tokens
+        return None
 
     def forget_blocks(self) -> None:
         """Drop every cached block (a clear or a rebuild rewrote records out of turn)."""

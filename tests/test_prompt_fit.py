@@ -153,6 +153,50 @@ def test_a_smaller_block_drops_whole_items_and_keeps_every_identifier() -> None:
     assert "sentence number 39 kept" in small and "sentence number 1 kept" not in small
 
 
+def test_a_block_that_fits_a_smaller_budget_is_not_rendered_again() -> None:
+    """A prompt that shrinks a little (a budget 32 tokens lower) gets the block made for the
+    larger budget when that one fits: the same block a new rendering would give, without the
+    renderings and counts (several milliseconds at a model call)."""
+    payload = SummaryPayload(
+        summary="Messages #1-#90 summarized.",
+        excerpts=[
+            Excerpt(seq=i, part=1, speaker="User", text=f"I would like sentence number {i} kept")
+            for i in range(1, 40)
+        ],
+    )
+    record = build_record(
+        None,
+        payload,
+        lang="en",
+        covered_up_to_seq=90,
+        epoch=0,
+        compressed_at_seq=90,
+        messages_summarized=90,
+        compressions=1,
+    )
+    counted: list[str] = []
+
+    class Counting(FakeLLM):
+        def count_tokens(self, messages_or_text: object, model: str | None = None) -> int:
+            counted.append(str(messages_or_text))
+            return super().count_tokens(messages_or_text, model)
+
+    book = TokenBook(MemorySummaryConfig(), Counting())
+    _, full_tokens = book.block("s", 1, record, 100_000)
+    budget = full_tokens // 2 - (full_tokens // 2) % 32
+    block, tokens = book.block("s", 1, record, budget)
+    assert tokens < budget  # whole items: the block leaves some of its budget unused
+    for lower in range(budget - 1, tokens - 1, -7):  # budgets the block made above still fits
+        counted.clear()
+        assert book.block("s", 1, record, lower) == (block, tokens)
+        assert counted == []
+        fresh = TokenBook(MemorySummaryConfig(), FakeLLM())
+        assert fresh.block("s", 1, record, lower) == (block, tokens)  # what rendering gives
+    counted.clear()
+    smaller, fewer = book.block("s", 1, record, tokens - 1)  # no longer fits: made anew
+    assert fewer <= tokens - 1 and smaller != block and counted
+
+
 def test_identifiers_the_conversation_acted_on_take_most_of_the_summary() -> None:
     ids = [f"user_{i:03d}_{'x' * 6}" for i in range(60)]
     messages = [

@@ -476,3 +476,52 @@ async def test_a_replaced_message_is_counted_once_not_at_every_call() -> None:
     assert placeholder.startswith("[result #")
     # counted when the prompt first showed it, not at each of the four calls after
     assert counted.count(placeholder) == 1
+
+
+async def test_a_background_compression_does_not_hold_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CPU-bound merge of a compression runs in a worker thread: a merge that computes for
+    0.4 s leaves the event loop serving other work every few milliseconds (it held the loop the
+    whole time when it ran on it)."""
+    import asyncio
+    import time
+
+    from plugin_harness import plugin_host
+
+    from plugin_memory_summary import summarize
+
+    real_merge = summarize.rules_merge
+    merging = asyncio.Event()
+
+    def slow_merge(*args: Any, **kwargs: Any) -> Any:
+        merging.set()
+        until = time.perf_counter() + 0.4
+        spins = 0
+        while time.perf_counter() < until:  # pure Python: holds the GIL but for its switches
+            spins += 1
+        return real_merge(*args, **kwargs)
+
+    monkeypatch.setattr(summarize, "rules_merge", slow_merge)
+    gaps: list[float] = []
+
+    async def ticker(done: asyncio.Event) -> None:
+        last = time.perf_counter()
+        while not done.is_set():
+            await asyncio.sleep(0.002)
+            now = time.perf_counter()
+            if merging.is_set():
+                gaps.append(now - last)
+            last = now
+
+    async with plugin_host({"threshold": 10, "keep_recent": 4, "debounce_turns": 0}) as h:
+        done = asyncio.Event()
+        ticks = asyncio.create_task(ticker(done))
+        await h.turns("s", 5)  # the 5th turn's end starts a compression in the background
+        assert await h.plugin.wait_idle(timeout=60)
+        done.set()
+        await ticks
+        record = await h.plugin.show("s")
+    assert record is not None and record.compressions == 1
+    assert merging.is_set() and len(gaps) > 20
+    assert max(gaps) < 0.15, f"the event loop was held {max(gaps):.3f} s"

@@ -23,6 +23,7 @@ __all__ = [
     "excerpt_lines",
     "fit_lines",
     "fit_to_budget",
+    "identifier_parts",
     "render_payload",
     "unsaid_identifiers",
 ]
@@ -248,13 +249,35 @@ def _says_again(item: str, said: str) -> bool:
     return item == said or (stem != item and len(stem) >= 3 and said.startswith(stem))
 
 
+#: Where an identifier's parts meet: ``certificate_7504069``, ``2024-05-04T06:04:48``.
+_PART_SEPARATORS = frozenset("_-./:")
+
+
+def identifier_parts(identifier: str) -> list[str]:
+    """What ``identifier`` holds whole before or after one of its separators (``_ - . / :``,
+    and the ``T`` between a date and a time): ``certificate`` and ``7504069`` in
+    ``certificate_7504069``, ``2024-05-04`` in ``2024-05-04T06:04:48``; not ``HAT13`` in
+    ``HAT136``, which is another flight."""
+    parts: list[str] = []
+    last = len(identifier) - 1
+    for i, c in enumerate(identifier):
+        if c in _PART_SEPARATORS or (
+            c == "T"
+            and 0 < i < last
+            and identifier[i - 1].isdigit()
+            and identifier[i + 1].isdigit()
+        ):
+            parts += (identifier[:i], identifier[i + 1 :])
+    return parts
+
+
 def unsaid_identifiers(identifiers: Sequence[str], said: str) -> list[str]:
     """The identifiers a rendering lists: those the text above (``said``) does not already
-    hold verbatim, each once, and none that a longer one on the list holds (``7504069`` when
-    ``certificate_7504069`` is listed): every identifier is said once."""
+    hold verbatim, each once, and none that a longer one on the list holds whole
+    (``7504069`` when ``certificate_7504069`` is listed: ``identifier_parts``)."""
     items = [i for i in dict.fromkeys(identifiers) if i not in said]
-    joined = "\n".join(items)
-    return [i for i in items if joined.count(i) == 1]
+    held = {part for i in items for part in identifier_parts(i)}
+    return [i for i in items if i not in held]
 
 
 _TERMINAL = (".", "!", "?", "…", "。", "！", "？", '"', "”", ")", "）")

@@ -17,7 +17,7 @@ from host_stub.messages import Message
 
 from .config import PayloadCaps
 from .excerpts import content_keys, select_excerpts, split_long
-from .fitting import apply_caps, fit_lines, fit_to_budget, render_payload
+from .fitting import apply_caps, fit_lines, fit_to_budget, identifier_parts, render_payload
 from .identifiers import extract_identifiers
 from .patterns import lazy_regex
 from .summary_model import (
@@ -361,17 +361,17 @@ def _within_share(
 ) -> list[str]:
     """The most important identifiers (the list's tail) whose list takes at most ``tokens``.
     One the rest of the summary already says (``said``) or that a more important one holds
-    (``7504069`` in ``certificate_7504069``) is kept at no cost: the rendering does not list it
-    again (``fitting.unsaid_identifiers``)."""
+    whole (``7504069`` in ``certificate_7504069``) is kept at no cost: the rendering does not
+    list it again (``fitting.unsaid_identifiers``)."""
     kept: list[str] = []
-    held = ""  # the identifiers that cost their tokens, one a line
+    held: set[str] = set()
     used = 0
     for ident in reversed(identifiers):
         if ident not in said and ident not in held:
             used += count(f" {ident}")
             if used > tokens:
                 break
-            held += f"\n{ident}"
+            held.update(identifier_parts(ident))
         kept.append(ident)
     return list(reversed(kept))
 

@@ -30,7 +30,10 @@ class PayloadCaps(BaseModel):
     list_items: int = Field(default=6, ge=1, le=100, description="Items per list field.")
     item_chars: int = Field(default=80, ge=10, le=10_000, description="Characters per list item.")
     identifiers: int = Field(
-        default=200, ge=0, le=10_000, description="Identifiers carried verbatim."
+        default=1000,
+        ge=0,
+        le=10_000,
+        description="Identifiers carried verbatim (their share of the summary budget binds first).",
     )
     timeline_items: int = Field(default=12, ge=1, le=200, description="Events on the timeline.")
     excerpt_chars: int = Field(

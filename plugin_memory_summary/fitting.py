@@ -13,12 +13,20 @@ from .summary_model import (
     SummaryPayload,
     TimelineEvent,
     group_sources,
-    source_tier,
+    identifier_rank,
     sources_of,
 )
-from .text import collapse_whitespace, cut_text
+from .text import ELLIPSIS, collapse_whitespace, cut_text
 
-__all__ = ["apply_caps", "excerpt_lines", "fit_lines", "fit_to_budget", "render_payload"]
+__all__ = [
+    "apply_caps",
+    "excerpt_lines",
+    "fit_lines",
+    "fit_to_budget",
+    "identifier_parts",
+    "render_payload",
+    "unsaid_identifiers",
+]
 
 _LIST_FIELDS = ("stable_facts", "user_profile", "decisions", "open_questions", "retrieval_hints")
 
@@ -66,9 +74,9 @@ def apply_caps(payload: SummaryPayload, caps: PayloadCaps) -> SummaryPayload:
     lines first). Identifiers
     are never cut (a cut identifier is a wrong one): one longer than ``item_chars`` is dropped.
     When the payload records where its identifiers came from (``identifier_sources``), they are
-    first ordered by source, stably: tool-result ones, then assistant (and unrecorded) ones, then
-    the ones a tool call used, then the ones the user typed, so the cap drops the least trusted
-    first.
+    first ordered by ``summary_model.identifier_rank``, stably: dates only mentioned, then codes
+    a tool returned, then assistant (and unrecorded) ones, then the ones a tool call used, then
+    the ones the user typed, so the cap drops the least worth keeping first.
     Pinned facts are kept whole and never dropped."""
     n, chars = caps.list_items, caps.item_chars
     fields: dict[str, Any] = {
@@ -100,7 +108,7 @@ def apply_caps(payload: SummaryPayload, caps: PayloadCaps) -> SummaryPayload:
     sources = sources_of(payload)
     if sources:
         # Stable: within a tier the list's own order (oldest first) stays.
-        identifiers.sort(key=lambda i: source_tier(sources.get(i)))
+        identifiers.sort(key=lambda i: identifier_rank(i, sources.get(i)))
     kept = identifiers[max(0, len(identifiers) - caps.identifiers) :] if caps.identifiers else []
     excerpts: list[Excerpt] = []
     said: set[str] = set()
@@ -194,17 +202,25 @@ def render_payload(payload: SummaryPayload, lang: str = "en") -> str:
     bullets("user_profile", payload.user_profile)
     bullets("stable_facts", payload.stable_facts)
     bullets("decisions", payload.decisions)
+    # A task's goal that is the conversation's goal, and a to-do item listed under the open
+    # questions, are not said twice.
+    questions = {collapse_whitespace(q) for q in payload.open_questions}
     tasks = []
     for task in payload.in_progress_tasks:
-        line = collapse_whitespace(task.goal)
+        head = collapse_whitespace(task.goal)
+        head = "" if _says_again(head, goal) else head
         done = item_sep.join(collapse_whitespace(d) for d in task.done if d.strip())
-        todo = item_sep.join(collapse_whitespace(t) for t in task.todo if t.strip())
-        if done:
-            line += f" ({h['done']}{sep}{done})"
-        if todo:
-            line += f" ({h['todo']}{sep}{todo})"
-        if line.strip():
-            tasks.append(line.strip())
+        todo = item_sep.join(
+            collapse_whitespace(t)
+            for t in task.todo
+            if t.strip() and collapse_whitespace(t) not in questions
+        )
+        parts = [head] if head else []
+        for key, listed in (("done", done), ("todo", todo)):
+            if listed:
+                parts.append(f"({h[key]}{sep}{listed})" if parts else f"{h[key]}{sep}{listed}")
+        if parts:
+            tasks.append(" ".join(parts))
     bullets("in_progress_tasks", tasks)
     bullets("open_questions", payload.open_questions)
     events = [
@@ -216,16 +232,52 @@ def render_payload(payload: SummaryPayload, lang: str = "en") -> str:
     bullets("excerpts", excerpt_lines(payload.excerpts))
     said = "\n".join(out)
     for name in ("identifiers", "retrieval_hints"):
-        # An identifier the text above already says verbatim is not said twice.
         items = [i.strip() for i in getattr(payload, name) if i.strip()]
         joint = ", "
         if name == "identifiers":
-            items = [i for i in items if i not in said]
+            items = unsaid_identifiers(items, said)
             # One space between identifiers (a token less each) unless one holds a space.
             joint = ", " if any(any(c.isspace() for c in i) for i in items) else " "
         if items:
             out.append(f"{h[name]}{sep}{joint.join(items)}")
     return "\n".join(out)
+
+
+def _says_again(item: str, said: str) -> bool:
+    """``item`` is ``said``, or ``said`` cut short (a task's goal is cut to an item's length)."""
+    stem = item.removesuffix(ELLIPSIS)
+    return item == said or (stem != item and len(stem) >= 3 and said.startswith(stem))
+
+
+#: Where an identifier's parts meet: ``certificate_7504069``, ``2024-05-04T06:04:48``.
+_PART_SEPARATORS = frozenset("_-./:")
+
+
+def identifier_parts(identifier: str) -> list[str]:
+    """What ``identifier`` holds whole before or after one of its separators (``_ - . / :``,
+    and the ``T`` between a date and a time): ``certificate`` and ``7504069`` in
+    ``certificate_7504069``, ``2024-05-04`` in ``2024-05-04T06:04:48``; not ``HAT13`` in
+    ``HAT136``, which is another flight."""
+    parts: list[str] = []
+    last = len(identifier) - 1
+    for i, c in enumerate(identifier):
+        if c in _PART_SEPARATORS or (
+            c == "T"
+            and 0 < i < last
+            and identifier[i - 1].isdigit()
+            and identifier[i + 1].isdigit()
+        ):
+            parts += (identifier[:i], identifier[i + 1 :])
+    return parts
+
+
+def unsaid_identifiers(identifiers: Sequence[str], said: str) -> list[str]:
+    """The identifiers a rendering lists: those the text above (``said``) does not already
+    hold verbatim, each once, and none that a longer one on the list holds whole
+    (``7504069`` when ``certificate_7504069`` is listed: ``identifier_parts``)."""
+    items = [i for i in dict.fromkeys(identifiers) if i not in said]
+    held = {part for i in items for part in identifier_parts(i)}
+    return [i for i in items if i not in held]
 
 
 _TERMINAL = (".", "!", "?", "…", "。", "！", "？", '"', "”", ")", "）")

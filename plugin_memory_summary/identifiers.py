@@ -10,7 +10,7 @@ from .patterns import LazyRegex, lazy_regex
 if TYPE_CHECKING:
     import regex
 
-__all__ = ["extract_identifiers"]
+__all__ = ["extract_identifiers", "reads_as_number"]
 
 
 _SCAN_ALTERNATIVES = {
@@ -44,6 +44,12 @@ _ID_KEY_CAMEL = lazy_regex(r"[a-z0-9](?:Id|ID|Number|Num|No|Code|Ref)$")
 #: A number with at most one separator and no letters: an amount, a range, a decimal.
 _PLAIN_NUMBER = lazy_regex(r"(\d+)(?:([.,\-/])(\d+))?")
 _NUMERIC_DATE = lazy_regex(r"\d{1,4}[/.\-]\d{1,2}[/.\-]\d{1,4}")
+#: Digits and separators only: a date or a date and time as the scanner keeps them
+#: (``2024-05-20``, ``05/20/2024``, ``2024-05-04T06:04:48Z``), an account, order or phone
+#: number, a postal code.
+_DIGITS_ONLY = lazy_regex(
+    r"\d+(?:[/.\-]\d+)*(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?"
+)
 _WORD_PLUS_DIGIT = lazy_regex(r"[a-z]+[_\-]?\d")
 #: A count and its unit: "7-day", "24-hour", "5-star".
 _DIGIT_PLUS_WORD = lazy_regex(r"\d{1,3}-[a-z]+")
@@ -297,3 +303,12 @@ def extract_identifiers(text: str) -> list[str]:
     if text:
         _scan(text, _SCAN_ALL(), found)
     return list(found)
+
+
+def reads_as_number(identifier: str) -> bool:
+    """``identifier`` is digits and separators only: a date or a date and time
+    (``2024-05-20``, ``2024-05-04T06:04:48``), an account, order or phone number, a postal
+    code. Unlike a code with letters (``HXDUBJ``, ``credit_card_9525117``, ``HAT136``), whose
+    form tells its kind, such a number said nothing but through the label it stood under (a
+    birth date, a record's ``created_at``, a ``zip``), which a list of identifiers drops."""
+    return bool(_DIGITS_ONLY().fullmatch(identifier))

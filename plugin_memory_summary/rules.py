@@ -5,7 +5,8 @@ idempotent (the same batch merged twice into its own result adds nothing) and al
 token budget. Identifiers are carried verbatim; when the cap forces a choice, the ones a user typed
 outrank the ones a tool call used, which outrank the ones an assistant mentioned, which outrank
 the ones that only appeared in a tool result, across merges (the payload records each
-identifier's source); within a tier newer outranks older.
+identifier's source); a date or other plain number that was only mentioned ranks below them all
+(``summary_model.identifier_rank``); within a rank newer outranks older.
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ from host_stub.messages import Message
 
 from .config import PayloadCaps
 from .excerpts import content_keys, select_excerpts, split_long
-from .fitting import apply_caps, fit_lines, fit_to_budget, render_payload
+from .fitting import apply_caps, fit_lines, fit_to_budget, identifier_parts, render_payload
 from .identifiers import extract_identifiers
 from .patterns import lazy_regex
 from .summary_model import (
-    SOURCE_TIER,
     Excerpt,
     InProgressTask,
     SummaryPayload,
     group_sources,
+    identifier_rank,
     source_tier,
     sources_of,
     stronger_source,
@@ -59,16 +60,18 @@ def _rank_identifiers(
     """The merged identifier list, least important first (caps keep the tail), and where each
     one came from (``"user"``, ``"argument"``, ``"assistant"``, ``"tool"``).
 
-    Four tiers, by source, lowest first: identifiers only ever seen in tool results; those an
-    assistant wrote (and previous ones of unrecorded source, as in a model-written payload);
-    those a tool call used; those a user typed. The source is sticky: the previous payload's
-    ``identifier_sources`` says where each of its identifiers came from, and an identifier keeps
-    the most trusted source it was ever seen with, so a booking reference the user gave on the
-    first day outranks every later tool-result or tool-call id, however old it is and whether or
-    not the summary's prose still names it. Within a tier the previous identifiers not seen again
-    come first (older), then this batch's, keyed ``(specificity, position)``: among tool results,
-    one that named few identifiers (a record fetched by id) above a long listing (a search) whose
-    entries are mostly not what the conversation is about; newer above older."""
+    Ranked by ``summary_model.identifier_rank``: the source's tier, lowest first: identifiers
+    only ever seen in tool results; those an assistant wrote (and previous ones of unrecorded
+    source, as in a model-written payload); those a tool call used; those a user typed; below
+    them all, the dates only mentioned (by a tool or an assistant). The source is sticky: the
+    previous payload's ``identifier_sources`` says where each of its identifiers came from, and
+    an identifier keeps the most trusted source it was ever seen with, so a booking reference
+    the user gave on the first day outranks every later tool-result or tool-call id, however
+    old it is and whether or not the summary's prose still names it. Within a rank the previous
+    identifiers not seen again come first (older), then this batch's, keyed ``(specificity,
+    position)``: among tool results, one that named few identifiers (a record fetched by id)
+    above a long listing (a search) whose entries are mostly not what the conversation is
+    about; newer above older."""
     best: dict[str, tuple[int, int, int, int]] = {}
     sources: dict[str, str] = {}
 
@@ -93,22 +96,24 @@ def _rank_identifiers(
     earlier = [i for i in dict.fromkeys(previous.identifiers) if i not in best]
     for ident in previous.identifiers:
         sources[ident] = stronger_source(sources.get(ident), recorded.get(ident, "assistant"))
+
+    def rank(ident: str) -> int:
+        return identifier_rank(ident, sources[ident])
+
     ranked: list[str] = []
-    for tier in sorted(SOURCE_TIER.values()):
-        ranked += [i for i in earlier if source_tier(sources[i]) == tier]
-        batch = [i for i in best if source_tier(sources[i]) == tier]
+    for level in sorted({rank(i) for i in [*earlier, *best]}):
+        ranked += [i for i in earlier if rank(i) == level]
+        batch = [i for i in best if rank(i) == level]
         ranked += sorted(batch, key=lambda i: best[i][1:])
     return _merge_items([], ranked), sources
 
 
 # --- the merge --------------------------------------------------------------------------------
 
-#: Share of the budget the identifier list may take (the record gets the rest).
-_IDENTIFIER_SHARE = 0.85
-
-#: Share the identifiers a user typed or a tool call used may take: in a tool chat they are the
-#: facts the rest of the conversation turns on (booking references, order and user ids).
-_ACTED_ON_SHARE = 0.9
+#: Share of the budget the identifier list may take (the rest of the summary keeps at least a
+#: tenth): in a tool chat they are the facts the rest of the conversation turns on (booking
+#: references, order and user ids); which ones go first when they do not all fit is their rank.
+_IDENTIFIER_SHARE = 0.9
 
 #: Open questions and in-progress tasks kept: the newest few (the record carries the rest).
 _OPEN_QUESTIONS = 3
@@ -152,6 +157,17 @@ def _new_excerpts(turns: list[_Turn], caps: PayloadCaps, lang: str) -> list[Exce
 
 
 _OVERVIEW = lazy_regex(r"^(?:Messages #1-#\d|已摘要第 1-\d)")  # whole or cut short
+#: The overview line's opening: a cut may have left any part of it ("Messages #1-#…").
+_OVERVIEW_OPENINGS = ("Messages #1-#", "已摘要第 1-")
+
+
+def _is_overview(line: str) -> bool:
+    """A previous overview line, whole or cut short anywhere."""
+    line = line.strip()
+    if _OVERVIEW().match(line):
+        return True
+    stem = line.removesuffix("…")
+    return stem != line and len(stem) >= 3 and any(o.startswith(stem) for o in _OVERVIEW_OPENINGS)
 
 
 def _summary_text(previous: SummaryPayload, overview: str, caps: PayloadCaps) -> str:
@@ -160,7 +176,7 @@ def _summary_text(previous: SummaryPayload, overview: str, caps: PayloadCaps) ->
     lines = [
         line
         for line in previous.summary.strip().split("\n")
-        if line.strip() and not _OVERVIEW().match(line)
+        if line.strip() and not _is_overview(line)
     ]
     return fit_lines("\n".join([*lines, overview]), caps.summary_chars)
 
@@ -280,29 +296,36 @@ def rules_merge(
         tasks.append(InProgressTask(goal=task_goal, done=done, todo=open_questions))
     tasks = tasks[-_TASKS:]
 
-    identifiers, identifier_sources = _rank_identifiers(prev, turns)
-    identifiers = _within_share(
-        identifiers,
-        budget_tokens * _IDENTIFIER_SHARE,
-        count_tokens,
-        acted_on=lambda i: source_tier(identifier_sources.get(i)) >= source_tier("argument"),
-        acted_on_tokens=budget_tokens * _ACTED_ON_SHARE,
-    )
     new = [*_new_excerpts(turns, caps, lang), *digest]
-    base = apply_caps(
+    # Everything but the identifiers and the record, as it will be rendered.
+    sections = apply_caps(
         SummaryPayload(
             summary=_summary_text(prev, _overview(turns, [*prev.excerpts, *new], lang), caps),
             conversation_goal=goal,
             open_questions=open_questions,
             in_progress_tasks=tasks,
-            identifiers=identifiers,
             pinned_facts=list(prev.pinned_facts),
-            identifier_sources=group_sources(identifiers, identifier_sources),
             # A model-written previous payload's lists are kept as they were.
             stable_facts=prev.stable_facts,
             user_profile=prev.user_profile,
             decisions=prev.decisions,
             timeline=prev.timeline,
+        ),
+        caps,
+    )
+    identifiers, identifier_sources = _rank_identifiers(prev, turns)
+    identifiers = _within_share(
+        identifiers,
+        budget_tokens * _IDENTIFIER_SHARE,
+        count_tokens,
+        said=render_payload(sections, lang),
+    )
+    base = apply_caps(
+        sections.model_copy(
+            update={
+                "identifiers": identifiers,
+                "identifier_sources": group_sources(identifiers, identifier_sources),
+            }
         ),
         caps,
     )
@@ -334,22 +357,21 @@ def rules_merge(
 
 
 def _within_share(
-    identifiers: list[str],
-    tokens: float,
-    count: Callable[[str], int],
-    *,
-    acted_on: Callable[[str], bool] = lambda _i: False,
-    acted_on_tokens: float = 0.0,
+    identifiers: list[str], tokens: float, count: Callable[[str], int], *, said: str = ""
 ) -> list[str]:
-    """The most important identifiers (the list's tail) whose list takes at most ``tokens``;
-    the ones the conversation acted on (a user typed them, a tool call used them: ``acted_on``)
-    may take up to ``acted_on_tokens`` when that is more."""
+    """The most important identifiers (the list's tail) whose list takes at most ``tokens``.
+    One the rest of the summary already says (``said``) or that a more important one holds
+    whole (``7504069`` in ``certificate_7504069``) is kept at no cost: the rendering does not
+    list it again (``fitting.unsaid_identifiers``)."""
     kept: list[str] = []
+    held: set[str] = set()
     used = 0
     for ident in reversed(identifiers):
-        used += count(f" {ident}")
-        if used > (max(tokens, acted_on_tokens) if acted_on(ident) else tokens):
-            break
+        if ident not in said and ident not in held:
+            used += count(f" {ident}")
+            if used > tokens:
+                break
+            held.update(identifier_parts(ident))
         kept.append(ident)
     return list(reversed(kept))
 

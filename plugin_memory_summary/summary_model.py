@@ -15,6 +15,7 @@ __all__ = [
     "SummaryPayload",
     "TimelineEvent",
     "group_sources",
+    "identifier_rank",
     "source_tier",
     "sources_of",
     "stronger_source",
@@ -111,8 +112,9 @@ class SummaryPayload(BaseModel):
 # last. Caps and the budget fitter drop from the head, so the tail survives longest. For
 # ``identifiers`` the rules engine sorts by priority as well as recency (identifiers a user typed
 # outrank ones a tool call used, which outrank ones an assistant wrote, which outrank ones that
-# only appeared in a tool result), so "the tail" means "the identifiers most worth keeping". The
-# priority is remembered across merges in ``identifier_sources``; ``apply_caps`` orders by it.
+# only appeared in a tool result, which outrank dates and other plain numbers only mentioned:
+# ``identifier_rank``), so "the tail" means "the identifiers most worth keeping". The source is
+# remembered across merges in ``identifier_sources``; ``apply_caps`` orders by the rank.
 # ---------------------------------------------------------------------------------------------
 
 #: The caps and the budget fitter keep higher tiers longer: what the user typed, over what a
@@ -141,6 +143,25 @@ def sources_of(payload: SummaryPayload) -> dict[str, str]:
 
 def source_tier(source: str | None) -> int:
     return SOURCE_TIER[source or _DEFAULT_SOURCE]
+
+
+def identifier_rank(identifier: str, source: str | None) -> int:
+    """How long an identifier is kept when the caps or the budget force a choice (higher:
+    longer): its source's tier, except that a number only mentioned (a date, a time stamp, an
+    account or postal number that a tool returned or an assistant wrote, never typed by the
+    user nor used in a call) ranks below every code: on the identifiers line it has lost the
+    label that said what it was (a birth date, a record's ``created_at``, a ``zip``), while a
+    code's form still names one thing a later call can use. Lowest first: numbers a tool
+    returned, numbers an assistant wrote, codes a tool returned, codes an assistant wrote
+    (or of unrecorded source), what a call used, what the user typed."""
+    # The scanner's module (and its regex engine) loads on first use, not with the payload.
+    from .identifiers import reads_as_number
+
+    tier = source_tier(source)
+    acted_on = SOURCE_TIER["argument"]
+    if tier < acted_on and reads_as_number(identifier):
+        return tier - acted_on
+    return tier
 
 
 def group_sources(identifiers: list[str], by_id: dict[str, str]) -> dict[str, list[str]]:

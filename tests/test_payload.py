@@ -564,6 +564,27 @@ def test_render_english() -> None:
     ]
 
 
+def test_render_lists_an_identifier_once_and_not_inside_a_longer_one() -> None:
+    payload = SummaryPayload(
+        conversation_goal="Refund order K7XQ2M",
+        identifiers=[
+            "7504069",
+            "K7XQ2M",
+            "certificate_7504069",
+            "HAT136",
+            "HAT136",
+            "HAT13",
+            "2024-05-04",
+            "2024-05-04T06:04:48",
+        ],
+    )
+    # K7XQ2M is in the goal; 7504069 and 2024-05-04 are parts of longer identifiers on the
+    # line; HAT13 is another flight than HAT136, not a part of it.
+    assert render_payload(payload).splitlines()[-1] == (
+        "Identifiers: certificate_7504069 HAT136 HAT13 2024-05-04T06:04:48"
+    )
+
+
 def test_render_chinese_and_only_non_empty_sections() -> None:
     text = render_payload(
         SummaryPayload(summary="摘要内容", identifiers=["A12345", "B12345"]), "zh"

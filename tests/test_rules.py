@@ -163,6 +163,31 @@ def test_identifier_priority_when_the_cap_forces_a_choice() -> None:
     assert "mia_li_3668" in later.identifiers
 
 
+def test_identifiers_said_above_cost_the_identifiers_line_nothing() -> None:
+    def code(k: int) -> str:
+        return f"{chr(65 + k % 26)}{chr(65 + k // 26 % 26)}Q{100 + k}"
+
+    asked = [code(k) for k in range(5)]
+    listing = [
+        call("c1", "list_orders"),
+        result("c1", "list_orders", {"orders": [code(k) for k in range(100, 300)]}),
+    ]
+
+    def listed(first: str) -> list[str]:
+        payload = merge(None, [Message(role="user", content=first), *listing], budget_tokens=300)
+        line = render_payload(payload).splitlines()[-1]
+        assert line.startswith("Identifiers: ")
+        return line.removeprefix("Identifiers: ").split()
+
+    named = listed(f"Are orders {', '.join(asked)} still open?")
+    plain = listed("Which of my orders are still open?")
+    assert len(plain) < 200  # the budget forced a choice
+    # The question names five ids: they are said there, not listed again, and the listing
+    # keeps the room it has without them.
+    assert not set(asked) & set(named)
+    assert named == plain
+
+
 def test_identifier_sources_record_where_each_identifier_came_from() -> None:
     payload = merge(None, airline_chat())
     sources = payload.identifier_sources

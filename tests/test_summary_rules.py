@@ -10,7 +10,7 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from host_stub.messages import Message
+from host_stub.messages import Message, ToolCall, ToolCallFunction
 from plugin_memory_summary.config import MemorySummaryConfig, PayloadCaps
 from plugin_memory_summary.decisions import plan_compression, summary_budget, tail_room_cap
 from plugin_memory_summary.fitting import render_payload
@@ -159,14 +159,44 @@ def test_defaults_fill_the_window_of_any_size(window: int, reserve: int) -> None
     assert kept >= 0.1 * (config.fill_target * window - 100 - reserve) - 50
 
 
-def test_a_cut_overview_line_is_replaced_not_kept_beside_the_new_one() -> None:
-    previous = SummaryPayload(summary="Messages #1-#598…\nThe user flies on Fridays.")
+@pytest.mark.parametrize("cut", ["Messages #1-#598…", "Messages #1-#…", "Messages #…", "Messages…"])
+def test_a_cut_overview_line_is_replaced_not_kept_beside_the_new_one(cut: str) -> None:
+    # A cut may leave any part of the line, down to its first word.
+    previous = SummaryPayload(summary=f"{cut}\nThe user flies on Fridays.")
     messages = [Message(role="user", content="Please book flight HAT123 on 2024-05-20.", seq=600)]
     payload = rules_merge(
         previous, messages, budget_tokens=400, count_tokens=count, caps=PayloadCaps(), lang="en"
     )
     lines = payload.summary.split("\n")
-    assert [line for line in lines if line.startswith("Messages #1-")] == [
+    assert [line for line in lines if line.startswith("Messages")] == [
         "Messages #1-#600 summarized."
     ]
     assert "The user flies on Fridays." in lines
+    assert lines[0] == "The user flies on Fridays."
+
+
+def call(call_id: str, name: str, arguments: str) -> Message:
+    function = ToolCallFunction(name=name, arguments=arguments)
+    return Message(role="assistant", tool_calls=[ToolCall(id=call_id, function=function)])
+
+
+def test_a_task_in_progress_does_not_repeat_the_goal_or_the_open_questions() -> None:
+    request = "I want to move my flight HAT123 to Friday and add a checked bag."
+    question = "Is there a fee for the second bag?"
+    messages = [
+        Message(role="user", content=request, seq=1),
+        call("c1", "get_reservation", '{"reservation_id": "K7XQ2M"}'),
+        Message(role="tool", tool_call_id="c1", content='{"status": "ok"}', seq=3),
+        Message(role="user", content=question, seq=4),
+    ]
+    payload = rules_merge(
+        None, messages, budget_tokens=600, count_tokens=count, caps=PayloadCaps(), lang="en"
+    )
+    # The task is there, with what its tool did, ...
+    assert payload.in_progress_tasks and payload.in_progress_tasks[0].todo == [question]
+    text = render_payload(payload)
+    assert "get_reservation(reservation_id=K7XQ2M)" in text
+    # ... but its goal is the conversation's goal and its to-do the open question: each is
+    # said once.
+    assert text.count(request) == 1
+    assert text.count(question) == 1

@@ -271,11 +271,28 @@ def identifier_parts(identifier: str) -> list[str]:
     return parts
 
 
+def says(text: str, identifier: str) -> bool:
+    """``text`` holds ``identifier`` as a token of its own: not inside a longer word or code
+    (``HAT13`` is not said by "flight HAT136"; ``7504069`` is by "certificate_7504069", past a
+    separator, as ``identifier_parts`` counts it)."""
+    if not identifier:
+        return False
+    start = text.find(identifier)
+    while start >= 0:
+        end = start + len(identifier)
+        glued_before = start > 0 and text[start - 1].isalnum() and identifier[0].isalnum()
+        glued_after = end < len(text) and text[end].isalnum() and identifier[-1].isalnum()
+        if not (glued_before or glued_after):
+            return True
+        start = text.find(identifier, start + 1)
+    return False
+
+
 def unsaid_identifiers(identifiers: Sequence[str], said: str) -> list[str]:
     """The identifiers a rendering lists: those the text above (``said``) does not already
-    hold verbatim, each once, and none that a longer one on the list holds whole
-    (``7504069`` when ``certificate_7504069`` is listed: ``identifier_parts``)."""
-    items = [i for i in dict.fromkeys(identifiers) if i not in said]
+    hold as a token of its own (:func:`says`), each once, and none that a longer one on the
+    list holds whole (``7504069`` when ``certificate_7504069`` is listed: ``identifier_parts``)."""
+    items = [i for i in dict.fromkeys(identifiers) if not says(said, i)]
     held = {part for i in items for part in identifier_parts(i)}
     return [i for i in items if i not in held]
 

@@ -769,3 +769,15 @@ def test_sources_only_ever_name_kept_identifiers(payload: SummaryPayload, budget
             capped.identifiers
         )
     assert apply_caps(capped, PayloadCaps(identifiers=7)) == capped
+
+
+def test_an_identifier_inside_a_longer_code_of_the_text_is_still_listed() -> None:
+    from plugin_memory_summary.fitting import says, unsaid_identifiers
+
+    said = "Booked flight HAT136 with certificate_7504069; ref K7XQ2M."
+    assert unsaid_identifiers(["HAT13", "HAT136", "7504069", "K7XQ2M", "XQ2"], said) == [
+        "HAT13",
+        "XQ2",
+    ]
+    assert says("(LH 716)", "LH 716") and not says("LH 7160", "LH 716")
+    assert says("see ~/code/tripplanner.", "~/code/tripplanner")

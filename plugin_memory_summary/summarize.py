@@ -233,57 +233,6 @@ async def _llm_answer(
         raise SummarizerError(why) from None
 
 
-def _merge_answer(
-    payload: SummaryPayload | None,
-    answer: Answer,
-    clean: Sequence[Message],
-    *,
-    budget_tokens: int,
-    count_tokens: Callable[[str], int],
-    config: MemorySummaryConfig,
-    lang: str,
-) -> SummaryPayload:
-    """The model's digest merged by the rules engine (worker thread): its lists join the previous
-    ones, its sentences compete for the record with the conversation's own."""
-    return rules_merge(
-        layer_answer(payload, answer),
-        clean,
-        budget_tokens=budget_tokens,
-        count_tokens=count_tokens,
-        caps=config.caps,
-        lang=lang,
-        digest=digest_excerpts(answer, clean, lang),
-    )
-
-
-def _fold(
-    payload: SummaryPayload | None,
-    merged: SummaryPayload | None,
-    clean: Sequence[Message],
-    *,
-    rules_budget: int,
-    fit_budget: int,
-    count_tokens: Callable[[str], int],
-    config: MemorySummaryConfig,
-    redactor: Redactor,
-    lang: str,
-) -> SummaryPayload:
-    """A batch folded into ``payload`` (worker thread): ``merged`` (the model's answer merged)
-    or, without one, the rules engine's merge; scrubbed, capped and fitted to ``fit_budget``."""
-    if merged is None:
-        merged = rules_merge(
-            payload,
-            clean,
-            budget_tokens=rules_budget,
-            count_tokens=count_tokens,
-            caps=config.caps,
-            lang=lang,
-        )
-    return fit_to_budget(
-        apply_caps(scrub_payload(merged, redactor), config.caps), fit_budget, count_tokens, lang
-    )
-
-
 async def summarize_batches(
     previous: SummaryPayload | None,
     batches: Sequence[Sequence[Message]],
@@ -335,9 +284,7 @@ async def summarize_batches(
             remaining = None if deadline is None else deadline - time.monotonic()
             redacted = True
             try:
-                # The CPU-bound steps of a compression run in a worker thread, so the event loop
-                # keeps serving turns (of this session and others) while a batch is folded in.
-                clean = await asyncio.to_thread(redact_messages, chunk, redactor)
+                clean = redact_messages(chunk, redactor)
             except RedactionError as exc:
                 # Text that could not be redacted never leaves for the summarizer. The rules engine
                 # merges it locally, from text the built-in patterns did redact: what it keeps
@@ -407,15 +354,14 @@ async def summarize_batches(
                     # Room for at least the answer's opening sentence (and the lines around it),
                     # even when the batch is too small for the growth rule to allow it.
                     opening = count_tokens(answer.digest[0]) + 40 if answer.digest else 0
-                    merged = await asyncio.to_thread(
-                        _merge_answer,
-                        payload,
-                        answer,
+                    merged = rules_merge(
+                        layer_answer(payload, answer),
                         clean,
                         budget_tokens=min(fit_budget, max(rules_budget, now + opening)),
                         count_tokens=count_tokens,
-                        config=config,
+                        caps=config.caps,
                         lang=lang,
+                        digest=digest_excerpts(answer, clean, lang),
                     )
                     if answer.payload.conversation_goal:
                         # The model read the whole part: its goal over the newest request's words.
@@ -425,17 +371,20 @@ async def summarize_batches(
                             marker_counts=True,
                         )
                         merged = merged.model_copy(update={"conversation_goal": goal})
-            payload = await asyncio.to_thread(
-                _fold,
-                payload,
-                merged,
-                clean,
-                rules_budget=rules_budget,
-                fit_budget=fit_budget,
-                count_tokens=count_tokens,
-                config=config,
-                redactor=redactor,
-                lang=lang,
+            if merged is None:
+                merged = rules_merge(
+                    payload,
+                    clean,
+                    budget_tokens=rules_budget,
+                    count_tokens=count_tokens,
+                    caps=config.caps,
+                    lang=lang,
+                )
+            payload = fit_to_budget(
+                apply_caps(scrub_payload(merged, redactor), config.caps),
+                fit_budget,
+                count_tokens,
+                lang,
             )
         if stop:
             break

@@ -4,7 +4,6 @@ own texts, and the injected block per record version."""
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Mapping
 
 from host_stub.services import LLMService
@@ -37,8 +36,6 @@ class TokenBook:
         self.llm = llm
         #: Token counts of recent texts, oldest first.
         self._counted: dict[str, int] = {}
-        #: A compression counts in a worker thread while turns count on the event loop.
-        self._lock = threading.Lock()
         self._blocks: dict[BlockKey, tuple[str, int]] = {}
         #: How fast each summary model answered so far (sizes its calls to its timeout).
         self.speed = SpeedBook()
@@ -58,10 +55,9 @@ class TokenBook:
         tokens = self._counted.get(text)
         if tokens is None:
             tokens = self.llm.count_tokens(text, self.summary_model() or self.llm.default_model)
-            with self._lock:
-                if len(self._counted) >= COUNT_MEMO_SIZE:
-                    self._counted.pop(next(iter(self._counted)), None)  # the oldest entry
-                self._counted[text] = tokens
+            if len(self._counted) >= COUNT_MEMO_SIZE:
+                del self._counted[next(iter(self._counted))]  # the oldest entry
+            self._counted[text] = tokens
         return tokens
 
     def framing_tokens(self, lang: str) -> int:

@@ -115,6 +115,11 @@ def _rank_identifiers(
 #: references, order and user ids); which ones go first when they do not all fit is their rank.
 _IDENTIFIER_SHARE = 0.9
 
+#: Times the record is chosen again with the room its estimate left unused, and the least room
+#: worth it (tokens).
+_REFILLS = 2
+_REFILL_MIN = 24
+
 #: Open questions and in-progress tasks kept: the newest few (the record carries the rest).
 _OPEN_QUESTIONS = 3
 _TASKS = 2
@@ -214,10 +219,14 @@ def rules_merge(
     caps: PayloadCaps,
     lang: str = "en",
     digest: Sequence[Excerpt] = (),
+    fill: bool = True,
 ) -> SummaryPayload:
     """``previous`` with ``messages`` folded in by rules (no model), within ``caps`` and
     ``budget_tokens`` (measured as ``count_tokens(render_payload(result, lang))``). ``digest``:
     a summarizer's sentences on these messages, candidates for the record next to theirs.
+    ``fill``: the record is chosen again with the room its per-sentence estimate left unused
+    (the estimate names a speaker on every sentence, the rendering once per run of them), so it
+    takes ``budget_tokens`` to within ``_REFILL_MIN``.
 
     - summary: one overview line (messages covered, speakers, dates spanned);
     - goal: the newest user sentence that asks for something; else the previous goal;
@@ -333,15 +342,28 @@ def rules_merge(
     rendered = render_payload(base, lang)
     heading = count_tokens("Record (said in the conversation; #n = message number):\n")
     room = budget_tokens - count_tokens(rendered) - heading
-    excerpts = select_excerpts(
-        prev.excerpts,
-        new,
-        budget_tokens=max(0, room),
-        count_tokens=count_tokens,
-        covered=content_keys(rendered),
-        bonus=_excerpt_bonus,
-    )
-    merged = apply_caps(base.model_copy(update={"excerpts": excerpts}), caps)
+    covered = content_keys(rendered)
+
+    def record(room: int) -> SummaryPayload:
+        excerpts = select_excerpts(
+            prev.excerpts,
+            new,
+            budget_tokens=max(0, room),
+            count_tokens=count_tokens,
+            covered=covered,
+            bonus=_excerpt_bonus,
+        )
+        return apply_caps(base.model_copy(update={"excerpts": excerpts}), caps)
+
+    merged = record(room)
+    # The estimate counts a speaker's name on every sentence; the rendering names a speaker once
+    # per run of their sentences, so a record estimated full can leave room: choose again with it.
+    for _ in range(_REFILLS if fill else 0):
+        slack = budget_tokens - count_tokens(render_payload(merged, lang))
+        if slack < _REFILL_MIN or not merged.excerpts:
+            break
+        room += slack
+        merged = record(room)
     # The estimate leaves out the lines' date and seq headers: drop the least important
     # excerpts until the rendering fits.
     while merged.excerpts:

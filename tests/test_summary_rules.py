@@ -12,9 +12,16 @@ from hypothesis import strategies as st
 
 from host_stub.messages import Message, ToolCall, ToolCallFunction
 from plugin_memory_summary.config import MemorySummaryConfig, PayloadCaps
-from plugin_memory_summary.decisions import plan_compression, summary_budget, tail_room_cap
+from plugin_memory_summary.decisions import (
+    plan_compression,
+    summary_budget,
+    summary_growth,
+    tail_room_cap,
+)
 from plugin_memory_summary.fitting import render_payload
-from plugin_memory_summary.rules import rules_merge
+from plugin_memory_summary.redact import Redactor
+from plugin_memory_summary.rules import _REFILL_MIN, rules_merge
+from plugin_memory_summary.summarize import summarize_batches
 from plugin_memory_summary.summary_model import SummaryPayload
 
 NAMES = ["Ava", "Bruno", "Chiara", "Dmitri", "Esme", "Farid", "Greta", "Hiro"]
@@ -200,3 +207,66 @@ def test_a_task_in_progress_does_not_repeat_the_goal_or_the_open_questions() -> 
     # said once.
     assert text.count(request) == 1
     assert text.count(question) == 1
+
+
+def long_turns(seed: int, sessions: int = 10, turns: int = 8) -> list[Message]:
+    """Like ``conversation``, but each turn states three facts: a speaker's sentences run on."""
+    rng = random.Random(seed)
+    messages: list[Message] = []
+    for s in range(sessions):
+        date = f"{rng.randint(1, 28)} {MONTHS[s % len(MONTHS)]}, 2023"
+        for t in range(turns):
+            role = "user" if t % 2 == 0 else "assistant"
+            speaker = "Nora" if role == "user" else "Milo"
+            facts = " ".join(
+                f"{rng.choice(NAMES)} took the {rng.choice(THINGS)} to {rng.choice(PLACES)} "
+                f"on day {rng.randint(1, 999)}."
+                for _ in range(3)
+            )
+            messages.append(
+                Message(
+                    seq=len(messages) + 1,
+                    role=role,
+                    content=f"[10:00 am on {date}] {speaker}: {facts}",
+                )
+            )
+    return messages
+
+
+@pytest.mark.parametrize("seed", [3, 17, 29])
+def test_a_record_asked_to_fill_takes_the_room_its_estimate_left(seed: int) -> None:
+    # The per-sentence estimate names the speaker on every sentence; the rendering names them
+    # once per run of sentences. Asked to fill, the record spends that room on more facts.
+    messages = long_turns(seed)
+    budget = 600  # the conversation's sentences need more: the record has to choose
+
+    def merged(fill: bool) -> SummaryPayload:
+        return rules_merge(
+            None, messages, budget_tokens=budget, count_tokens=count, caps=PayloadCaps(), fill=fill
+        )
+
+    filled, estimated = merged(True), merged(False)
+    assert budget - _REFILL_MIN <= count(render_payload(filled)) <= budget
+    assert count(render_payload(estimated)) < count(render_payload(filled))
+    assert len(filled.excerpts) > len(estimated.excerpts)
+
+
+async def test_a_growing_summary_takes_the_growth_the_plan_allows_it() -> None:
+    # Without a model the rules engine folds the batch; the summary, far below its budget, may
+    # grow by a share of the batch (decisions.summary_growth) and takes all of that share.
+    messages = long_turns(5, sessions=3)
+    budget = 4000
+    outcome = await summarize_batches(
+        None,
+        [messages],
+        llm=None,  # type: ignore[arg-type]
+        model=None,
+        config=MemorySummaryConfig(),
+        budget=budget,
+        lang="en",
+        redactor=Redactor(),
+        count_tokens=count,
+    )
+    allowed = summary_growth(sum(count(str(m.content)) for m in messages), 0, budget)
+    assert allowed < budget
+    assert allowed - _REFILL_MIN <= count(render_payload(outcome.payload)) <= allowed

@@ -107,7 +107,7 @@ class Store:
             conn = await asyncpg.connect(PG_URL)
             try:
                 total = 0
-                for table in ("search_docs", "search_terms"):
+                for table in ("search_entries", "search_postings", "search_terms"):
                     total += int(
                         await conn.fetchval(
                             f"SELECT pg_total_relation_size('\"{self.tag}\".{table}')"
@@ -547,9 +547,9 @@ async def main() -> None:
         f"the first {exhaustive_queries} queries of each kind (the exhaustive ranking reads every "
         "posting and scores every candidate); append = one message per call, its search index "
         "update included; bulk load = 1,000 messages per append call; index size: SQLite the "
-        "FTS5 tables and the term counts (dbstat), PostgreSQL the search_docs table (its GIN "
-        "and primary-key indexes included) and the term counts, Redis the memory of the index "
-        "keys.",
+        "FTS5 tables and the term counts (dbstat), PostgreSQL the search_entries, "
+        "search_postings and search_terms tables (their indexes included), Redis the memory of "
+        "the index keys.",
         f"Search limits: at most {search_plan.MAX_POSTINGS:,} postings read, {search_plan.RESCORE} "
         f"candidates scored in full, {search_plan.MAX_PROBES} terms probed (host_stub/memory/"
         "search_plan.py).",

@@ -36,10 +36,11 @@ kept when many connections write at once:
   message's postings found. Entries, postings, document frequencies and the session's
   ``search_docs``/``search_length`` are written in the transaction that indexes or unindexes,
   under the session's row lock (``archive`` leaves the index as it is). A search follows
-  ``search_plan.plan_search`` in five statements: the counts and term ids; every read (one
-  subquery each: a term's blocks, the newest blocks first when only the newest count, a
-  conjunction and a role joined block by block); the probes among the candidates (their
-  blocks joined with each probed term's); the chosen candidates' entries; the messages found.
+  ``search_plan.plan_search`` in five statements: the counts and term ids; every read (a
+  term's blocks, the newest first when only the newest count; a conjunction's and a role's
+  joined block by block, a conjunction of three terms extending the one of its rarest two);
+  the probes among the candidates (their blocks joined with each probed term's); the chosen
+  candidates' entries; the messages found.
   Index-only scans need the visibility map, which autovacuum keeps (pages written since its
   last run cost a visit each).
   Before schema 5 the index was a ``tsvector`` per message with a GIN index: every posting
@@ -1441,20 +1442,20 @@ def _reads_sql(plan: Plan, ids: Sequence[int], role_id: int | None) -> tuple[str
     its arguments: rows ``(n, blocks, bits)``, the blocks read n found, each the postings
     (``bits``) that hold every term of the read, and the role (``role_id``: the role's term)
     if one is asked for. A read of the newest reads as many blocks, newest first, as postings
-    asked for (each block holds at least one). ``ids``: the query terms' ids."""
+    asked for (each block holds at least one). ``ids``: the query terms' ids.
+
+    A conjunction is a query of its own (a ``WITH`` query): its rarest two terms' blocks joined
+    (and the role's), each further term's looked up in the blocks found so far. A conjunction
+    of three terms is the one of its rarest two (the plan's conjunctions share their terms)
+    with the third: the rarest two's lists are read once for both."""
     args: list[Any] = []
 
     def param(value: int) -> str:
         args.append(value)
         return f"${len(args)}"
 
-    parts: list[str] = []
-    for n, read in enumerate(plan.reads):
-        # The rarest term's blocks first: each of the others', the role's too, is looked up
-        # by block.
-        tables = [(f"t{i}", ids[i]) for i in sorted(read.terms, key=lambda i: (plan.dfs[i], i))]
-        if role_id is not None:
-            tables.append(("r", role_id))
+    def joined(tables: Sequence[tuple[str, int]]) -> tuple[str, str]:
+        """``FROM`` the first table's blocks, each other's joined by block; and their bits."""
         (first, first_id), rest = tables[0], tables[1:]
         joins = "".join(
             f" JOIN {{p}}search_postings {t} ON {t}.term_id = {param(term_id)}"
@@ -1463,14 +1464,47 @@ def _reads_sql(plan: Plan, ids: Sequence[int], role_id: int | None) -> tuple[str
         )
         bits = " & ".join(f"{t}.bits" for t, _ in tables)
         where = f"{first}.term_id = {param(first_id)}" + (f" AND ({bits}) <> 0" if rest else "")
+        return f"{{p}}search_postings {first}{joins} WHERE {where}", bits
+
+    role = [("r", role_id)] if role_id is not None else []
+    queries: dict[tuple[int, ...], str] = {}  # the terms of a conjunction -> its WITH query
+    defined: list[str] = []
+
+    def conjunction(terms: tuple[int, ...]) -> str:
+        if terms not in queries:
+            if len(terms) == 2:
+                source, bits = joined([("a", ids[terms[0]]), ("b", ids[terms[1]]), *role])
+                body = f"SELECT a.block, {bits} AS bits FROM {source}"
+            else:
+                found = conjunction(terms[:-1])
+                body = (
+                    f"SELECT c.block, c.bits & x.bits AS bits FROM {found} c"
+                    f" JOIN {{p}}search_postings x ON x.term_id = {param(ids[terms[-1]])}"
+                    " AND x.block = c.block WHERE (c.bits & x.bits) <> 0"
+                )
+            queries[terms] = f"c{len(queries)}"
+            defined.append(f"{queries[terms]} AS ({body})")
+        return queries[terms]
+
+    parts: list[str] = []
+    for n, read in enumerate(plan.reads):
+        terms = tuple(sorted(read.terms, key=lambda i: (plan.dfs[i], i)))
+        if len(terms) == 1:
+            source, bits = joined([("t", ids[terms[0]]), *role])
+            rows = f"SELECT t.block, {bits} AS bits FROM {source}"
+            order = "t.block"
+        else:
+            rows, order = f"SELECT block, bits FROM {conjunction(terms)}", "block"
         if read.limit is not None:
-            where += f" ORDER BY {first}.block DESC LIMIT {param(read.limit)}"
+            rows += f" ORDER BY {order} DESC LIMIT {param(read.limit)}"
         parts.append(
             f"SELECT {n} AS n, array_agg(x.block) AS blocks, array_agg(x.bits) AS bits"
-            f" FROM (SELECT {first}.block, {bits} AS bits FROM {{p}}search_postings {first}"
-            f"{joins} WHERE {where}) x"
+            f" FROM ({rows}) x"
         )
-    return " UNION ALL ".join(parts), args
+    if not parts:
+        return "", []
+    head = f"WITH {', '.join(defined)} " if defined else ""
+    return head + " UNION ALL ".join(parts), args
 
 
 def _probes_sql(plan: Plan, ids: Sequence[int], among: Iterable[int]) -> tuple[str, list[Any]]:

@@ -1826,6 +1826,11 @@ async def _assert_pg_schema_5(schema: str) -> None:
             )
         }
         assert "search_docs" not in tables and {"search_entries", "search_postings"} <= tables
+        # Autovacuum keeps the postings' visibility map fresh (index-only scans need it).
+        options = await conn.fetchval(
+            "SELECT reloptions FROM pg_class WHERE oid = $1::regclass", f"{p}search_postings"
+        )
+        assert "autovacuum_vacuum_scale_factor=0.01" in options
         assert not await conn.fetchval(
             "SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexdef LIKE '%gin%'",
             schema,

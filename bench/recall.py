@@ -13,7 +13,9 @@
    from is in the top 10, and, for the first ``--exhaustive`` queries of each kind, how much of
    the top 10 an exhaustive ranking (every posting read, every candidate scored) shares; then
    appending one message to the large session p50/p99 (the index update included), the
-   bulk-load rate and the index size.
+   bulk-load rate and the index size. After the bulk load PostgreSQL's search tables are
+   vacuumed and analyzed, as autovacuum does on a default server (its index-only scans need the
+   visibility map); the results say so, and whether autovacuum is on.
 
     python bench/recall.py [--data DIR] [--quick] [--out DIR] [--sizes 10000,1000000]
         [--backends memory,sqlite,postgres,redis] [--scale-backends sqlite,postgres]
@@ -129,6 +131,30 @@ class Store:
                 await client.aclose()
             return total
         return None
+
+    async def vacuum(self) -> str | None:
+        """After a bulk load: PostgreSQL's search tables vacuumed and analyzed, as autovacuum
+        does on a default server (the index-only scans of the postings need the visibility
+        map); what was done, or ``None``."""
+        if self.backend != "postgres":
+            return None
+        import asyncpg
+
+        conn = await asyncpg.connect(PG_URL)
+        try:
+            autovacuum = await conn.fetchval("SHOW autovacuum")
+            started = time.perf_counter()
+            await conn.execute(
+                f'VACUUM ANALYZE "{self.tag}".search_postings, "{self.tag}".search_terms,'
+                f' "{self.tag}".search_entries'
+            )
+            took = time.perf_counter() - started
+        finally:
+            await conn.close()
+        return (
+            f"PostgreSQL: VACUUM ANALYZE of the search tables after the bulk load ({took:.1f} s;"
+            f" autovacuum is {autovacuum} on this server)"
+        )
 
     async def drop(self) -> None:
         try:
@@ -322,6 +348,7 @@ async def scale(
                 if loaded % (batch * 100) == 0:
                     progress(f"  {backend}: {loaded:,} of {size:,} messages stored")
         load_s = time.perf_counter() - started
+        vacuumed = await store.vacuum()
         appends: list[float] = []
         n_large = sessions[0][1]
         for j in range(n_large - APPEND_SAMPLES, n_large):
@@ -383,6 +410,7 @@ async def scale(
         "append_p99_ms": percentile(appends, 99) * 1e3,
         "load_per_s": (size - APPEND_SAMPLES) / load_s,
         "index_mb": None if index_bytes is None else index_bytes / 1e6,
+        "vacuumed": vacuumed,
     }
 
 
@@ -512,6 +540,8 @@ async def main() -> None:
                     exhaustive_queries=exhaustive_queries,
                 )
                 extra[f"scale_{backend}_{size}"] = r
+                if r["vacuumed"]:
+                    notes.append(f"{size:,} messages: {r['vacuumed']}.")
                 for group, g in r["groups"].items():
                     where = {
                         "large": f"the large session ({r['large_session']:,})",

@@ -1384,6 +1384,12 @@ def _blocks(postings: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
     return blocks
 
 
+def _block_arrays(seqs: Iterable[int]) -> tuple[list[int], list[int]]:
+    """Seqs as two arrays for a statement: their blocks, in order, and each block's bits."""
+    blocks = sorted((block, bits) for (_, block), bits in _blocks(("", s) for s in seqs).items())
+    return [block for block, _ in blocks], [_signed(bits) for _, bits in blocks]
+
+
 def _signed(bits: int) -> int:
     """64 bits as the ``bigint`` that holds them."""
     return bits - (1 << 64) if bits >> 63 else bits
@@ -1399,16 +1405,6 @@ def _seqs(blocks: Sequence[int] | None, bits: Sequence[int] | None) -> set[int]:
             seqs.add(base + low.bit_length() - 1)
             word ^= low
     return seqs
-
-
-def _block_arrays(seqs: Iterable[int]) -> tuple[list[int], list[int]]:
-    """Seqs as two arrays, blocks and their bits, for a statement."""
-    blocks: dict[int, int] = {}
-    for seq in seqs:
-        block = seq >> _BLOCK_BITS
-        blocks[block] = blocks.get(block, 0) | 1 << (seq & _BLOCK_MASK)
-    order = sorted(blocks)
-    return order, [_signed(blocks[b]) for b in order]
 
 
 def _newest(seqs: set[int], limit: int | None) -> set[int]:

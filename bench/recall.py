@@ -14,7 +14,10 @@
    the top 10 an exhaustive ranking (every posting read, every candidate scored) shares; then
    appending one message to the large session p50/p99 (the index update included where the
    append makes it: PostgreSQL, Redis), the bulk-load rate (the archive of everything after it
-   included: SQLite and the in-memory store index there) and the index size.
+   included: SQLite and the in-memory store index there) and the index size. After the bulk
+   load PostgreSQL's search tables are vacuumed and analyzed, as autovacuum does on a default
+   server (its index-only scans need the visibility map); the results say so, and whether
+   autovacuum is on.
 
     python bench/recall.py [--data DIR] [--quick] [--out DIR] [--sizes 10000,1000000]
         [--backends memory,sqlite,postgres,redis] [--scale-backends sqlite,postgres]
@@ -108,7 +111,7 @@ class Store:
             conn = await asyncpg.connect(PG_URL)
             try:
                 total = 0
-                for table in ("search_docs", "search_terms"):
+                for table in ("search_entries", "search_postings", "search_terms"):
                     total += int(
                         await conn.fetchval(
                             f"SELECT pg_total_relation_size('\"{self.tag}\".{table}')"
@@ -130,6 +133,30 @@ class Store:
                 await client.aclose()
             return total
         return None
+
+    async def vacuum(self) -> str | None:
+        """After a bulk load: PostgreSQL's search tables vacuumed and analyzed, as autovacuum
+        does on a default server (the index-only scans of the postings need the visibility
+        map); what was done, or ``None``."""
+        if self.backend != "postgres":
+            return None
+        import asyncpg
+
+        conn = await asyncpg.connect(PG_URL)
+        try:
+            autovacuum = await conn.fetchval("SHOW autovacuum")
+            started = time.perf_counter()
+            await conn.execute(
+                f'VACUUM ANALYZE "{self.tag}".search_postings, "{self.tag}".search_terms,'
+                f' "{self.tag}".search_entries'
+            )
+            took = time.perf_counter() - started
+        finally:
+            await conn.close()
+        return (
+            f"PostgreSQL: VACUUM ANALYZE of the search tables after the bulk load ({took:.1f} s;"
+            f" autovacuum is {autovacuum} on this server)"
+        )
 
     async def drop(self) -> None:
         try:
@@ -323,6 +350,7 @@ async def scale(
                 if loaded % (batch * 100) == 0:
                     progress(f"  {backend}: {loaded:,} of {size:,} messages stored")
         load_s = time.perf_counter() - started
+        vacuumed = await store.vacuum()
         appends: list[float] = []
         n_large = sessions[0][1]
         for j in range(n_large - APPEND_SAMPLES, n_large):
@@ -388,6 +416,7 @@ async def scale(
         "append_p99_ms": percentile(appends, 99) * 1e3,
         "load_per_s": (size - APPEND_SAMPLES) / load_s,
         "index_mb": None if index_bytes is None else index_bytes / 1e6,
+        "vacuumed": vacuumed,
     }
 
 
@@ -517,6 +546,8 @@ async def main() -> None:
                     exhaustive_queries=exhaustive_queries,
                 )
                 extra[f"scale_{backend}_{size}"] = r
+                if r["vacuumed"]:
+                    notes.append(f"{size:,} messages: {r['vacuumed']}.")
                 for group, g in r["groups"].items():
                     where = {
                         "large": f"the large session ({r['large_session']:,})",
@@ -554,9 +585,9 @@ async def main() -> None:
         "update included on PostgreSQL and Redis (SQLite indexes what appends stored at the next "
         "search or archive); bulk load = 1,000 messages per append call, then everything "
         "archived (SQLite's index written there); index size: SQLite the "
-        "FTS5 tables and the term counts (dbstat), PostgreSQL the search_docs table (its GIN "
-        "and primary-key indexes included) and the term counts, Redis the memory of the index "
-        "keys.",
+        "FTS5 tables and the term counts (dbstat), PostgreSQL the search_entries, "
+        "search_postings and search_terms tables (their indexes included), Redis the memory of "
+        "the index keys.",
         f"Search limits: at most {search_plan.MAX_POSTINGS:,} postings read, {search_plan.RESCORE} "
         f"candidates scored in full, {search_plan.MAX_PROBES} terms probed (host_stub/memory/"
         "search_plan.py).",

@@ -1025,6 +1025,27 @@ async def test_search_with_tight_limits_finds_what_the_reference_finds(
             assert [h.score for h in got] == pytest.approx([h.score for h in want]), query
 
 
+async def test_every_message_of_a_longer_session_is_found_by_its_own_word(
+    memory: MemoryService,
+) -> None:
+    """Seqs on both sides of 64 and 128 (where PostgreSQL's blocks of postings meet), each found
+    by its own word, appended one by one and in a batch, and after deletes."""
+    await memory.append("s", [user(f"note{seq} here") for seq in range(1, 100)])
+    for seq in range(100, 131):
+        await memory.append("s", [assistant(f"note{seq} here")])
+    for seq in (1, 63, 64, 65, 127, 128, 129, 130):
+        # each message's word also finds the message after it (lent at half weight)
+        assert await _search_seqs(memory, "s", f"note{seq}") == [
+            s for s in (seq, seq + 1) if s <= 130
+        ]
+    assert await _search_seqs(memory, "s", "note127", role="user") == []
+    assert await _search_seqs(memory, "s", "note99", role="user") == [99]
+    assert await _search_seqs(memory, "s", "note99", role="assistant") == [100]
+    assert await memory.delete_messages("s", [63, 64, 128]) == [63, 64, 128]
+    assert sorted(await _search_seqs(memory, "s", "note63 note64 note128")) == [65, 129]
+    assert await _search_seqs(memory, "s", "note127") == [127]
+
+
 async def test_search_marks_active_and_archived_and_knows_the_date(memory: MemoryService) -> None:
     await memory.append("s", [user("the passport is in the blue folder"), assistant("noted")])
     await memory.append("s", [user("and the visa is in the blue folder too")])
@@ -1491,10 +1512,62 @@ async def test_sqlite_search_counts_follow_deletes_clears_and_forget(tmp_path: P
         )
 
 
-async def test_postgres_search_counts_follow_deletes_clears_and_forget(pg: str) -> None:
+def _bits_seqs(block: int, bits: int) -> set[int]:
+    """The seqs a block of postings holds (bit ``seq & 63`` of the block ``seq >> 6``)."""
+    return {(block << 6) + b for b in range(64) if (bits & (2**64 - 1)) >> b & 1}
+
+
+async def _assert_pg_search_index_follows_its_entries(conn: object, schema: str) -> None:
+    """Every session's counts, term frequencies and postings are those of its stored entries
+    (a message's role is a term of its own, `` role:<role>``), and nothing is left of sessions
+    that are gone."""
     import asyncpg
 
-    from host_stub.memory.postgres import entry_of
+    assert isinstance(conn, asyncpg.Connection)
+    p = f'"{schema}".'
+    sessions = await conn.fetch(
+        f"SELECT session_id, search_key, search_docs, search_length FROM {p}sessions"
+    )
+    for r in sessions:
+        entries = await conn.fetch(
+            f"SELECT e.seq, e.terms, e.context, m.role FROM {p}search_entries e"
+            f" JOIN {p}messages m ON m.session_id = $2 AND m.seq = e.seq"
+            " WHERE e.search_key = $1",
+            r["search_key"],
+            r["session_id"],
+        )
+        docs, length, dfs = _recount([(e["terms"], e["context"]) for e in entries])
+        holding: dict[str, set[int]] = {}
+        for e in entries:
+            dfs[f" role:{e['role']}"] = dfs.get(f" role:{e['role']}", 0) + 1
+            for term in {*e["terms"].split(), *e["context"].split(), f" role:{e['role']}"}:
+                holding.setdefault(term, set()).add(e["seq"])
+        assert (r["search_docs"], r["search_length"]) == (docs, pytest.approx(length))
+        stored = await conn.fetch(
+            f"SELECT t.term, t.df, b.block, b.bits FROM {p}search_terms t"
+            f" LEFT JOIN {p}search_postings b ON b.term_id = t.id WHERE t.search_key = $1",
+            r["search_key"],
+        )
+        assert {x["term"]: x["df"] for x in stored} == dfs
+        postings: dict[str, set[int]] = {}
+        for x in stored:
+            assert x["bits"] != 0, x  # an emptied block goes
+            postings.setdefault(x["term"], set()).update(_bits_seqs(x["block"], x["bits"]))
+        assert postings == holding
+    keys = [r["search_key"] for r in sessions]
+    for table in ("search_terms", "search_entries"):
+        left = await conn.fetchval(
+            f"SELECT count(*) FROM {p}{table} WHERE NOT search_key = ANY($1::bigint[])", keys
+        )
+        assert left == 0, table
+    assert not await conn.fetchval(
+        f"SELECT count(*) FROM {p}search_postings b WHERE NOT EXISTS"
+        f" (SELECT 1 FROM {p}search_terms t WHERE t.id = b.term_id)"
+    )
+
+
+async def test_postgres_search_counts_follow_deletes_clears_and_forget(pg: str) -> None:
+    import asyncpg
 
     store = open_memory(pg, count_tokens)
     try:
@@ -1502,36 +1575,11 @@ async def test_postgres_search_counts_follow_deletes_clears_and_forget(pg: str) 
     finally:
         await store.close()
     [schema] = parse_qs(urlsplit(pg).query)["schema"]
-    p = f'"{schema}".'
     conn = await asyncpg.connect(PG_URL, timeout=5)
     try:
-        sessions = await conn.fetch(
-            f"SELECT session_id, search_key, search_docs, search_length FROM {p}sessions"
-        )
+        sessions = await conn.fetch(f'SELECT session_id FROM "{schema}".sessions')
         assert sorted(r["session_id"] for r in sessions) == ["s", "t"]
-        for r in sessions:
-            vectors = await conn.fetch(
-                f"SELECT search::text AS v, length FROM {p}search_docs WHERE search_key = $1",
-                r["search_key"],
-            )
-            entries = [
-                tuple(" ".join(part) for part in entry_of(v["v"], r["search_key"])) for v in vectors
-            ]
-            docs, length, dfs = _recount(entries)  # type: ignore[arg-type]
-            assert (r["search_docs"], r["search_length"]) == (docs, pytest.approx(length))
-            assert [v["length"] for v in vectors] == pytest.approx(
-                [len(o.split()) + 0.5 * len(c.split()) for o, c in entries]
-            )
-            stored = await conn.fetch(
-                f"SELECT term, df FROM {p}search_terms WHERE search_key = $1", r["search_key"]
-            )
-            assert {x["term"]: x["df"] for x in stored} == dfs
-        keys = [r["search_key"] for r in sessions]
-        for table in ("search_terms", "search_docs"):
-            left = await conn.fetchval(
-                f"SELECT count(*) FROM {p}{table} WHERE NOT search_key = ANY($1::bigint[])", keys
-            )
-            assert left == 0, table
+        await _assert_pg_search_index_follows_its_entries(conn, schema)
     finally:
         await conn.close()
 
@@ -1793,6 +1841,48 @@ async def test_postgres_wrong_database_names_it_and_hides_the_password(pg: str) 
         await store.close()
 
 
+async def _assert_pg_schema_5(schema: str) -> None:
+    """The schema is at version 5: the entries in search_entries, their postings in blocks, the
+    tsvectors of schemas 2-4 and their GIN indexes gone, the counts those of the entries."""
+    import asyncpg
+
+    p = f'"{schema}".'
+    conn = await asyncpg.connect(PG_URL, timeout=5)
+    try:
+        assert await conn.fetchval(f"SELECT version FROM {p}memory_schema_version") == 5
+        assert not await conn.fetchval(
+            "SELECT count(*) FROM information_schema.columns"
+            " WHERE table_schema = $1 AND table_name = 'messages' AND column_name = 'search'",
+            schema,
+        )
+        tables = {
+            r["tablename"]
+            for r in await conn.fetch(
+                "SELECT tablename FROM pg_tables WHERE schemaname = $1", schema
+            )
+        }
+        assert "search_docs" not in tables and {"search_entries", "search_postings"} <= tables
+        # Autovacuum keeps the postings' visibility map fresh (index-only scans need it).
+        options = await conn.fetchval(
+            "SELECT reloptions FROM pg_class WHERE oid = $1::regclass", f"{p}search_postings"
+        )
+        assert "autovacuum_vacuum_scale_factor=0.01" in options
+        assert not await conn.fetchval(
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexdef LIKE '%gin%'",
+            schema,
+        )
+        key = await conn.fetchval(f"SELECT search_key FROM {p}sessions WHERE session_id = 's'")
+        assert (
+            await conn.fetchval(
+                f"SELECT count(*) FROM {p}search_entries WHERE search_key = $1", key
+            )
+            == len(_OLD_TEXTS) + 1
+        )  # and the one _assert_upgraded appends
+        await _assert_pg_search_index_follows_its_entries(conn, schema)
+    finally:
+        await conn.close()
+
+
 async def test_postgres_schema_3_keeps_its_messages_and_gets_session_keyed_search(
     pg: str,
 ) -> None:
@@ -1836,41 +1926,110 @@ async def test_postgres_schema_3_keeps_its_messages_and_gets_session_keyed_searc
         await _assert_upgraded(store)
     finally:
         await store.close()
+    await _assert_pg_schema_5(schema)
+
+
+def _v4_tsvector(key: int, own: list[str], lent: list[str]) -> str:
+    """A schema 4 tsvector's text form: each term under the session's key (``<key>_<term>``) at
+    its positions, the message's own terms in weight class A, the lent ones in B."""
+    positions: dict[str, list[str]] = {}
+    for pos, (term, weight) in enumerate([*((t, "A") for t in own), *((t, "B") for t in lent)], 1):
+        positions.setdefault(term, []).append(f"{pos}{weight}")
+    return " ".join(f"'{key}_{term}':{','.join(p)}" for term, p in positions.items())
+
+
+async def test_postgres_schema_4_moves_its_entries_to_blocks_of_postings(pg: str) -> None:
+    """A schema 4 database (tsvectors with a GIN index in search_docs) is converted: the same
+    messages, searches as a fresh store's, counts and postings those of its entries, the old
+    table and index gone."""
+    import asyncpg
+
+    from host_stub.memory.common import body_of
+    from host_stub.memory.postgres import MIGRATIONS, PostgresMemory
+    from host_stub.memory.search_plan import batch_terms, distinct_terms, doc_length
+
+    [schema] = parse_qs(urlsplit(pg).query)["schema"]
+    old = PostgresMemory(pg, count_tokens)  # only for its SQL helpers: never opened
+    sessions = {
+        "s": [(m, "summarized" if i in (3, 7) else None) for i, m in enumerate(_old_messages(), 1)],
+        "t": [(user("Kyoto ryokan in session t"), None)],
+    }
     conn = await asyncpg.connect(PG_URL, timeout=5)
     try:
-        p = f'"{schema}".'
-        assert await conn.fetchval(f"SELECT version FROM {p}memory_schema_version") == 4
-        key = await conn.fetchval(f"SELECT search_key FROM {p}sessions WHERE session_id = 's'")
-        # The tsvectors moved to search_docs, every lexeme under the session's key; the old
-        # column is gone; the counts are the entries' counts.
-        assert not await conn.fetchval(
-            "SELECT count(*) FROM information_schema.columns"
-            " WHERE table_schema = $1 AND table_name = 'messages' AND column_name = 'search'",
-            schema,
+        await conn.execute(f'CREATE SCHEMA "{schema}"')
+        await conn.execute(
+            f'CREATE TABLE "{schema}".memory_schema_version'
+            " (id integer PRIMARY KEY DEFAULT 1 CHECK (id = 1), version integer NOT NULL)"
         )
-        lexemes = await conn.fetch(
-            f"SELECT DISTINCT unnest(tsvector_to_array(search)) AS x FROM {p}search_docs"
-            " WHERE search_key = $1",
-            key,
-        )
-        assert lexemes and all(r["x"].startswith(f"{key}_") for r in lexemes)
-        docs, length = await conn.fetchrow(
-            f"SELECT search_docs, search_length FROM {p}sessions WHERE session_id = 's'"
-        )
-        assert docs == 9
-        total = await conn.fetchval(
-            f"SELECT sum(length) FROM {p}search_docs WHERE search_key = $1", key
-        )
-        assert length == pytest.approx(total)
-        umbrella = await conn.fetchval(
-            f"SELECT count(*) FROM {p}search_docs WHERE search @@ $1::tsquery",
-            f"'{key}_umbrella'",
-        )
-        assert umbrella == await conn.fetchval(
-            f"SELECT df FROM {p}search_terms WHERE search_key = $1 AND term = 'umbrella'", key
+        for version in range(4):
+            for statement in MIGRATIONS[version]:
+                await conn.execute(old.sql(statement))
+        await conn.execute(old.sql("ALTER TABLE {p}messages DROP COLUMN search"))
+        for session_id, messages in sessions.items():
+            key = await conn.fetchval(
+                old.sql(
+                    "INSERT INTO {p}sessions (session_id, last_seq, updated_at)"
+                    " VALUES ($1, $2, 0) RETURNING search_key"
+                ),
+                session_id,
+                len(messages),
+            )
+            await conn.executemany(
+                old.sql(
+                    "INSERT INTO {p}messages VALUES ($1, $2, 0, $3, 'message', $4, 1, $5, NULL, 0)"
+                ),
+                [
+                    (session_id, seq, m.role, body_of(m), archived)
+                    for seq, (m, archived) in enumerate(messages, 1)
+                ],
+            )
+            entries = batch_terms([m for m, _ in messages], None)
+            dfs: dict[str, int] = {}
+            for entry in entries:
+                assert entry is not None
+                for term in distinct_terms(entry):
+                    dfs[term] = dfs.get(term, 0) + 1
+            await conn.executemany(
+                old.sql("INSERT INTO {p}search_docs VALUES ($1, $2, $3, $4, $5::tsvector)"),
+                [
+                    (key, seq, m.role, doc_length(entry), _v4_tsvector(key, *entry))
+                    for seq, ((m, _), entry) in enumerate(zip(messages, entries, strict=True), 1)
+                    if entry is not None
+                ],
+            )
+            await conn.executemany(
+                old.sql("INSERT INTO {p}search_terms VALUES ($1, $2, $3)"),
+                [(key, term, df) for term, df in dfs.items()],
+            )
+            await conn.execute(
+                old.sql(
+                    "UPDATE {p}sessions SET search_docs = $2, search_length = $3"
+                    " WHERE session_id = $1"
+                ),
+                session_id,
+                len(entries),
+                sum(doc_length(e) for e in entries if e is not None),
+            )
+        await conn.execute(
+            old.sql("INSERT INTO {p}memory_schema_version (id, version) VALUES (1, 4)")
         )
     finally:
         await conn.close()
+    store = open_memory(pg, count_tokens)
+    try:
+        await _assert_upgraded(store)
+        # A role is read from the converted postings too.
+        assert (
+            await _search_seqs(store, "s", "ryokan Kyoto", role="assistant")
+            == [
+                h.message.seq
+                for h in await store.search("s", "ryokan Kyoto", limit=50)
+                if h.message.role == "assistant"
+            ][:10]
+        )
+    finally:
+        await store.close()
+    await _assert_pg_schema_5(schema)
 
 
 async def test_postgres_schema_migration_is_idempotent_when_stores_start_together(
@@ -1908,7 +2067,8 @@ async def test_postgres_schema_migration_is_idempotent_when_stores_start_togethe
             "messages",
             "metadata",
             "leases",
-            "search_docs",
+            "search_entries",
+            "search_postings",
             "search_terms",
         }
         rows = await conn.fetch(f'SELECT version FROM "{schema}".memory_schema_version')

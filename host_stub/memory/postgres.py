@@ -23,21 +23,28 @@ kept when many connections write at once:
   its ``fence`` grows by one on every acquisition, and a fenced write share-locks the row while it
   checks it, so no acquisition slips in before its commit.
 
-- Search: a table of its own, ``search_docs`` (session key, seq, role, length, ``tsvector``),
-  one row per indexed message, about half as wide as a message row: each posting a search reads
-  costs a visit to its row (a GIN index holds no column), so those rows stay apart from the
-  messages' bodies. A GIN index on the tsvector (no pending list: ``fastupdate`` off); its
-  lexemes are ``<session key>_<term>`` (the key from ``sessions.search_key``), so a lexeme's
-  posting list is one session's; positions carry the weight class (A a message's own term, B a
-  lent one).
-  ``search_terms`` (each term's document frequency per session key) and the session's
+- Search: an inverted index in tables of its own, read from primary keys alone. Each term of a
+  session has a row in ``search_terms`` (session key, term, document frequency, ``id``); a
+  term's postings are rows of ``search_postings`` (term id, ``block`` = seq >> 6, ``bits``: bit
+  seq & 63 set for each message holding the term), primary key ``(term_id, block)`` with the
+  bits included, so a term's postings are read newest or oldest first by an index-only scan
+  (a few rows for a rare term, at most one per 64 messages for a common one) and two terms'
+  are intersected block by block. A message's role is one more term (``" role:<role>"``, no
+  query term holds a space), so a search for one role intersects with it. ``search_entries``
+  (session key, seq, own terms, lent terms, each space-joined) is what each message is indexed
+  under: the candidates' term frequencies and lengths are read from it, and a deleted
+  message's postings found. Entries, postings, document frequencies and the session's
   ``search_docs``/``search_length`` are written in the transaction that indexes or unindexes,
-  under the session's row lock. A search follows ``search_plan.plan_search`` in four or five
-  statements: the counts; the newest postings of one term, if planned (from a widening window
-  of the newest seqs); the other reads and the probes (one statement of ``@@`` reads, a
-  conjunction intersected in the index); the chosen candidates'
-  tsvectors (frequencies parsed from their text form); the messages found. A tsvector keeps at
-  most 256 positions of a lexeme, so a term repeated more often in one message counts 256 times.
+  under the session's row lock (``archive`` leaves the index as it is). A search follows
+  ``search_plan.plan_search`` in five statements: the counts and term ids; every read (a
+  term's blocks, the newest first when only the newest count; a conjunction's and a role's
+  joined block by block, a conjunction of three terms extending the one of its rarest two);
+  the probes among the candidates (their blocks joined with each probed term's); the chosen
+  candidates' entries; the messages found.
+  Index-only scans need the visibility map, which autovacuum keeps (pages written since its
+  last run cost a visit each).
+  Before schema 5 the index was a ``tsvector`` per message with a GIN index: every posting
+  read was a visit to a wide row, tens of milliseconds in a session of 500,000 messages.
 
 URL: ``postgresql://user:password@host:port/database`` (``postgres://`` too); the query string is
 passed to asyncpg (``sslmode=...``, server settings), except ``schema=<name>``, which selects (and
@@ -53,7 +60,7 @@ import asyncio
 import contextlib
 import hashlib
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
@@ -88,10 +95,8 @@ from .common import (
 )
 from .search_plan import (
     CONTEXT_SPAN,
-    CONTEXT_WEIGHT,
     Indexed,
     Plan,
-    Read,
     choose,
     distinct_terms,
     doc_length,
@@ -99,6 +104,7 @@ from .search_plan import (
     plan_search,
     query_terms,
     score,
+    stored_counts,
     top,
     with_context,
 )
@@ -106,7 +112,7 @@ from .search_plan import (
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "PostgresMemory", "entry_of", "redact_url"]
 
 #: Stored in ``memory_schema_version``; bump it and add a step to ``MIGRATIONS`` on changes.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: Migration steps, from version ``n`` to ``n + 1``. ``{p}`` is the schema prefix.
 MIGRATIONS: dict[int, list[str]] = {
@@ -186,27 +192,60 @@ MIGRATIONS: dict[int, list[str]] = {
             PRIMARY KEY (search_key, term)
         )""",
     ],
+    # 4 -> 5: an inverted index of our own instead of the GIN index (whose every posting read
+    # cost a visit to a wide row): each term of a session gets an id, and ``search_postings``
+    # holds its postings in blocks of 64 seqs (``block`` = seq >> 6, bit seq & 63 of ``bits``),
+    # so a term's postings are read in order from the primary key alone (index-only scans), and
+    # a message's role is one more term (see ``_role_term``). ``search_entries`` keeps what
+    # each message is indexed under (its own terms, the lent ones; space-joined), for scoring
+    # and for removing it. ``_convert_search`` moves the stored entries over; ``search_docs``
+    # and the GIN index go. Index-only scans skip the heap only on pages the visibility map
+    # marks all-visible, and every append rewrites the current block of each of its terms:
+    # autovacuum visits the postings after 1% of them changed (by default 20%).
+    4: [
+        "ALTER TABLE {p}search_terms ADD COLUMN IF NOT EXISTS id bigserial",
+        "CREATE UNIQUE INDEX IF NOT EXISTS search_terms_id ON {p}search_terms (id)",
+        """CREATE TABLE IF NOT EXISTS {p}search_entries (
+            search_key bigint NOT NULL,
+            seq        bigint NOT NULL,
+            terms      text NOT NULL,
+            context    text NOT NULL,
+            PRIMARY KEY (search_key, seq)
+        )""",
+        """CREATE TABLE IF NOT EXISTS {p}search_postings (
+            term_id bigint NOT NULL,
+            block   bigint NOT NULL,
+            bits    bigint NOT NULL,
+            PRIMARY KEY (term_id, block) INCLUDE (bits)
+        ) WITH (autovacuum_vacuum_scale_factor = 0.01,
+            autovacuum_vacuum_insert_scale_factor = 0.01)""",
+    ],
 }
 
 #: Schema 2-3's tsvector of a message (its own terms in weight class A, the lent ones in B, no
-#: session key): what the migration to schema 2 fills in, and the migration to 4 converts.
+#: session key): what the migration to schema 2 fills in, and the migration to 5 converts.
 _LEGACY_TSVECTOR = (
     "setweight(to_tsvector('simple', {own}), 'A') || setweight(to_tsvector('simple', {lent}), 'B')"
 )
 #: A lexeme in a tsvector's text form: ``'<lexeme>':<positions>``.
 _LEXEME = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-D,]+))?")
-#: What a tsvector keeps at most: positions per lexeme, and the largest position.
-_MAX_POSITIONS = 256
-_MAX_POSITION = 16383
+#: Seqs per block of postings: a block's postings are the bits of one ``bigint``.
+_BLOCK_BITS = 6
+_BLOCK_MASK = (1 << _BLOCK_BITS) - 1
+_WORD = (1 << 64) - 1
+#: Entries converted per statement by the migration to schema 5.
+_CONVERT_BATCH = 5000
 
 #: A search's first statement: the session's key, its number and total length of indexed
-#: messages, and the document frequency of each query term.
+#: messages, and the document frequency and id of each term asked for (0 and 0: not indexed).
 _SEARCH_STATS = """
-SELECT s.search_key, s.search_docs, s.search_length, s.last_seq,
-    ARRAY(SELECT coalesce(t.df, 0) FROM unnest($2::text[]) WITH ORDINALITY AS q(term, i)
-          LEFT JOIN {p}search_terms t ON t.search_key = s.search_key AND t.term = q.term
-          ORDER BY q.i) AS dfs
-FROM {p}sessions s WHERE s.session_id = $1
+SELECT s.search_key, s.search_docs, s.search_length, q.dfs, q.ids
+FROM {p}sessions s, LATERAL (
+    SELECT array_agg(coalesce(t.df, 0) ORDER BY q.i) AS dfs,
+        array_agg(coalesce(t.id, 0) ORDER BY q.i) AS ids
+    FROM unnest($2::text[]) WITH ORDINALITY AS q(term, i)
+    LEFT JOIN {p}search_terms t ON t.search_key = s.search_key AND t.term = q.term) q
+WHERE s.session_id = $1
 """
 
 #: Transaction time (one value for every write of a transaction) and wall time, as unix seconds,
@@ -378,14 +417,16 @@ class PostgresMemory:
                 )
             if version == SCHEMA_VERSION:
                 return
+            start = version
             while version < SCHEMA_VERSION:
                 for statement in MIGRATIONS[version]:
                     await conn.execute(self.sql(statement))
                 if version == 1:
                     await self.backfill_search(conn)
-                if version == 3:
-                    await self._convert_search(conn)
                 version += 1
+            # The entries stored by schemas 2-4 move to schema 5's tables (a new database has
+            # none: the old tables it was given on the way go).
+            await self._convert_search(conn, legacy=start <= 3)
             await conn.execute(
                 self.sql(
                     "INSERT INTO {p}memory_schema_version (id, version) VALUES (1, $1)"
@@ -482,7 +523,7 @@ class PostgresMemory:
                     self.sql(
                         f"SELECT {_PREFIXED_COLUMNS} FROM {{p}}messages m"
                         " WHERE m.session_id = $1 AND m.seq = (SELECT max(d.seq)"
-                        " FROM {p}search_docs d WHERE d.search_key = $4"
+                        " FROM {p}search_entries d WHERE d.search_key = $4"
                         " AND d.seq BETWEEN $2 AND $3)"
                     ),
                     session_id,
@@ -553,57 +594,49 @@ class PostgresMemory:
         terms = query_terms(query)
         if not terms or not limit:
             return []
+        asked = terms if role is None else [*terms, _role_term(role)]
         async with self._conn() as conn:
-            stats = await conn.fetchrow(self.sql(_SEARCH_STATS), session_id, terms)
+            stats = await conn.fetchrow(self.sql(_SEARCH_STATS), session_id, asked)
             if stats is None or not stats["search_docs"]:
                 return []
+            dfs, ids = [int(df) for df in stats["dfs"]], [int(i) for i in stats["ids"]]
+            role_id = ids[len(terms)] if role is not None else None
+            if role_id == 0:
+                return []  # no message of that role is indexed
             key = int(stats["search_key"])
             plan = plan_search(
                 terms,
-                [int(df) for df in stats["dfs"]],
+                dfs[: len(terms)],
                 int(stats["search_docs"]),
                 float(stats["search_length"]),
                 limit=limit,
             )
-            # The newest of one term first: the probes among them start at the oldest found.
-            newest: dict[int, list[int]] = {}
-            for n, read in enumerate(plan.reads):
-                if read.limit is not None and len(read.terms) == 1:
-                    newest[n] = await self._newest(
-                        conn, plan, read, key, role, int(stats["last_seq"])
-                    )
-            sql, args = _reads_sql(plan, key, role, newest)
-            tagged: dict[str, set[int]] = {}
-            for r in await conn.fetch(self.sql(sql), key, *args) if sql else []:
-                tagged[r["tag"]] = set(r["seqs"])
-            holders: dict[int, set[int]] = {}
-            found: set[int] = set()
-            for n, read in enumerate(plan.reads):
-                got = set(newest[n]) if n in newest else tagged.get(f"r{n}", set())
-                if read.limit is not None and len(got) > read.limit:
-                    got = set(sorted(got)[-read.limit :])  # a conjunction's newest
-                found |= got
-                for i in read.terms:
-                    holders.setdefault(i, set()).update(got)
+            sql, args = _reads_sql(plan, ids, role_id)
+            got: list[set[int]] = [set() for _ in plan.reads]
+            for r in await conn.fetch(self.sql(sql), *args) if sql else []:
+                n = int(r["n"])
+                got[n] = _newest(_seqs(r["blocks"], r["bits"]), plan.reads[n].limit)
+            holders, found, probed = _gathered(plan, got)
             if not found:
                 return []
-            for i in plan.probes:
-                holders.setdefault(i, set()).update(tagged.get(f"p{i}", set()) & found)
+            sql, args = _probes_sql(plan, ids, probed)
+            for r in await conn.fetch(self.sql(sql), *args) if sql else []:
+                holders.setdefault(int(r["i"]), set()).update(_seqs(r["blocks"], r["bits"]))
             chosen = choose(plan, holders, limit)
             entries = await conn.fetch(
                 self.sql(
-                    "SELECT seq, search::text AS v, length FROM {p}search_docs"
+                    "SELECT seq, terms, context FROM {p}search_entries"
                     " WHERE search_key = $1 AND seq = ANY($2::bigint[])"
                 ),
                 key,
                 chosen,
             )
-            lexemes = [_quote_lexeme(_lexeme(key, t)) + ":" for t in terms]
+            index = {t: i for i, t in enumerate(terms)}
             best = top(
                 score(
                     plan,
                     (
-                        (int(e["seq"]), _frequencies(e["v"], lexemes), float(e["length"]))
+                        (int(e["seq"]), *stored_counts(index, e["terms"], e["context"]))
                         for e in entries
                     ),
                 ),
@@ -628,36 +661,13 @@ class PostgresMemory:
             )
         ]
 
-    async def _newest(
-        self, conn: Any, plan: Plan, read: Read, key: int, role: str | None, last_seq: int
-    ) -> list[int]:
-        """The seqs of the newest postings of the one term of ``read`` (as many as its limit,
-        fewer if the session has fewer). Looked for among the newest seqs: first in a window
-        half as long again as should hold them (the term's density in the session taken as
-        even), the window four times longer each time it held too few, so the primary key bounds
-        the rows visited."""
-        [i], k = read.terms, read.limit or 0
-        span = (3 * k * last_seq) // (2 * max(1, plan.dfs[i])) + 1
-        query = _quote_lexeme(_lexeme(key, plan.terms[i]))
-        role_sql = " AND role = $5" if role is not None else ""
-        sql = self.sql(
-            "SELECT seq FROM {p}search_docs WHERE search_key = $1 AND seq >= $2"
-            f" AND search @@ $3::tsquery{role_sql} ORDER BY seq DESC LIMIT $4"
-        )
-        while True:
-            since = max(1, last_seq - span)
-            rows = await conn.fetch(sql, key, since, query, k, *([role] if role else []))
-            if len(rows) >= k or since == 1:
-                return [int(r["seq"]) for r in rows]
-            span *= 4
-
     async def get_range(self, session_id: str, from_seq: int, to_seq: int) -> list[Message]:
         async with self._conn() as conn:
             rows = await conn.fetch(
                 self.sql(
                     f"SELECT {_PREFIXED_COLUMNS} FROM {{p}}messages m"
                     " JOIN {p}sessions s ON s.session_id = m.session_id"
-                    " JOIN {p}search_docs d ON d.search_key = s.search_key AND d.seq = m.seq"
+                    " JOIN {p}search_entries d ON d.search_key = s.search_key AND d.seq = m.seq"
                     " WHERE m.session_id = $1 AND m.seq BETWEEN $2 AND $3 ORDER BY m.seq"
                 ),
                 session_id,
@@ -866,14 +876,11 @@ class PostgresMemory:
                     ),
                     session_id,
                 )
-                for table in ("search_docs", "search_terms"):
-                    await conn.execute(
-                        self.sql(
-                            f"DELETE FROM {{p}}{table} WHERE search_key ="
-                            " (SELECT search_key FROM {p}sessions WHERE session_id = $1)"
-                        ),
-                        session_id,
-                    )
+                key = await conn.fetchval(
+                    self.sql("SELECT search_key FROM {p}sessions WHERE session_id = $1"),
+                    session_id,
+                )
+                await self._drop_search(conn, int(key))
                 await conn.execute(
                     self.sql(
                         "UPDATE {p}sessions SET search_docs = 0, search_length = 0"
@@ -906,7 +913,7 @@ class PostgresMemory:
                 self.sql(
                     f"UPDATE {{p}}messages SET archived = 'deleted', archived_at = {_NOW}"
                     " WHERE session_id = $1 AND seq = ANY($2::bigint[])"
-                    " AND archived IS DISTINCT FROM 'deleted' RETURNING seq"
+                    " AND archived IS DISTINCT FROM 'deleted' RETURNING seq, role"
                 ),
                 session_id,
                 wanted,
@@ -914,6 +921,7 @@ class PostgresMemory:
             found = sorted(int(r["seq"]) for r in rows)
             if found:
                 await self._touch(conn, session_id)
+                roles = {int(r["seq"]): r["role"] for r in rows}
                 key = int(
                     await conn.fetchval(
                         self.sql("SELECT search_key FROM {p}sessions WHERE session_id = $1"),
@@ -922,15 +930,17 @@ class PostgresMemory:
                 )
                 gone = await conn.fetch(
                     self.sql(
-                        "DELETE FROM {p}search_docs WHERE search_key = $1"
-                        " AND seq = ANY($2::bigint[]) RETURNING search::text AS v"
+                        "DELETE FROM {p}search_entries WHERE search_key = $1"
+                        " AND seq = ANY($2::bigint[]) RETURNING seq, terms, context"
                     ),
                     key,
                     found,
                 )
-                await self._count_terms(
-                    conn, session_id, key, [entry_of(r["v"], key) for r in gone], -1
-                )
+                docs = [
+                    (int(r["seq"]), roles[int(r["seq"])], _entry_of_text(r["terms"], r["context"]))
+                    for r in gone
+                ]
+                await self._unindex(conn, session_id, key, docs)
         return found
 
     async def forget(self, session_id: str) -> None:
@@ -946,10 +956,7 @@ class PostgresMemory:
                 self.sql("DELETE FROM {p}messages WHERE session_id = $1"), session_id
             )
             if key is not None:
-                for table in ("search_docs", "search_terms"):
-                    await conn.execute(
-                        self.sql(f"DELETE FROM {{p}}{table} WHERE search_key = $1"), key
-                    )
+                await self._drop_search(conn, int(key))
             await conn.execute(self.sql("DELETE FROM {p}metadata WHERE key = $1"), session_id)
 
     async def list_sessions(self) -> list[SessionInfo]:
@@ -1026,116 +1033,154 @@ class PostgresMemory:
             updates,
         )
 
-    async def _convert_search(self, conn: Any) -> None:
-        """Migration 3 -> 4: the stored tsvectors (``messages.search``) move to ``search_docs``,
-        their lexemes under their session's key; each session's counts are filled in; the old
-        column and its index go."""
-        rows = await conn.fetch(
-            self.sql(
-                "SELECT m.session_id, m.seq, m.role, m.search::text AS v, s.search_key"
-                " FROM {p}messages m JOIN {p}sessions s ON s.session_id = m.session_id"
-                " WHERE m.search IS NOT NULL ORDER BY m.session_id, m.seq"
-            )
+    async def _convert_search(self, conn: Any, *, legacy: bool) -> None:
+        """Migrations to 5: the stored entries move to ``search_entries`` and
+        ``search_postings`` (``legacy``: from schema 2-3's ``messages.search``, plain terms;
+        otherwise from schema 4's ``search_docs``, terms under the session's key), the counts
+        are counted again with the roles' terms, and the old column, table and GIN indexes
+        go."""
+        await conn.execute(self.sql("DELETE FROM {p}search_terms"))
+        await conn.execute(self.sql("UPDATE {p}sessions SET search_docs = 0, search_length = 0"))
+        source = self.sql(
+            "SELECT seq, role, search::text AS v FROM {p}messages WHERE session_id = $1"
+            " AND search IS NOT NULL AND seq > $2 ORDER BY seq LIMIT $3"
+            if legacy
+            else "SELECT seq, role, search::text AS v FROM {p}search_docs"
+            " WHERE search_key = $1 AND seq > $2 ORDER BY seq LIMIT $3"
         )
-        by_session: dict[str, tuple[int, list[tuple[int, str, Indexed]]]] = {}
-        for r in rows:
-            key = int(r["search_key"])
-            entry = (int(r["seq"]), r["role"], _legacy_entry(r["v"]))
-            by_session.setdefault(r["session_id"], (key, []))[1].append(entry)
-        for session_id, (key, docs) in by_session.items():
-            await self._index(conn, session_id, key, docs)
+        sessions = await conn.fetch(self.sql("SELECT session_id, search_key FROM {p}sessions"))
+        for session in sessions:
+            session_id, key, last = session["session_id"], int(session["search_key"]), 0
+            while True:
+                owner = session_id if legacy else key
+                rows = await conn.fetch(source, owner, last, _CONVERT_BATCH)
+                if not rows:
+                    break
+                docs = [
+                    (
+                        int(r["seq"]),
+                        r["role"],
+                        _legacy_entry(r["v"]) if legacy else entry_of(r["v"], key),
+                    )
+                    for r in rows
+                ]
+                await self._index(conn, session_id, key, docs)
+                last = docs[-1][0]
+        await conn.execute(self.sql("DROP TABLE IF EXISTS {p}search_docs"))
         await conn.execute(self.sql("DROP INDEX IF EXISTS {p}messages_search"))
         await conn.execute(self.sql("ALTER TABLE {p}messages DROP COLUMN IF EXISTS search"))
+        # The planner's statistics now, not at autovacuum's next visit: without them it joins
+        # the postings the slow way round.
+        await conn.execute(
+            self.sql("ANALYZE {p}search_postings, {p}search_terms, {p}search_entries")
+        )
 
     async def _index(
         self, conn: Any, session_id: str, key: int, docs: Sequence[tuple[int, str, Indexed]]
     ) -> None:
-        """Index ``(seq, role, entry)`` of the session with search key ``key`` and add them to
-        its counts: one statement (in the transaction that writes them, the session's row
-        locked)."""
+        """Index ``(seq, role, entry)`` of the session with search key ``key``: its entries,
+        the postings of their terms and roles, the counts. One statement (in the transaction
+        that writes the messages, the session's row locked)."""
         if not docs:
             return
-        dfs: dict[str, int] = {}
-        for _, _, indexed in docs:
-            for term in distinct_terms(indexed):
-                dfs[term] = dfs.get(term, 0) + 1
+        dfs = _document_frequencies(docs)
+        blocks = _blocks((term, seq) for seq, role, t in docs for term in _doc_terms(role, t))
         names = sorted(dfs)
-        lengths = [doc_length(t) for _, _, t in docs]
         await conn.execute(
             self.sql(
-                "WITH d AS (INSERT INTO {p}search_docs (search_key, seq, role, length, search)"
-                " SELECT $1, t.seq, t.role, t.length, t.search::tsvector"
-                " FROM unnest($2::bigint[], $3::text[], $4::float8[], $5::text[])"
-                " AS t(seq, role, length, search)),"
-                " c AS (INSERT INTO {p}search_terms AS x (search_key, term, df)"
-                " SELECT $1, u.term, u.df FROM unnest($6::text[], $7::bigint[]) AS u(term, df)"
-                " ON CONFLICT (search_key, term) DO UPDATE SET df = x.df + excluded.df)"
-                " UPDATE {p}sessions SET search_docs = search_docs + $8,"
-                " search_length = search_length + $9 WHERE session_id = $10"
+                "WITH e AS (INSERT INTO {p}search_entries (search_key, seq, terms, context)"
+                " SELECT $1, u.seq, u.terms, u.context"
+                " FROM unnest($2::bigint[], $3::text[], $4::text[]) AS u(seq, terms, context)),"
+                " t AS (INSERT INTO {p}search_terms AS x (search_key, term, df)"
+                " SELECT $1, u.term, u.df FROM unnest($5::text[], $6::bigint[]) AS u(term, df)"
+                " ON CONFLICT (search_key, term) DO UPDATE SET df = x.df + excluded.df"
+                " RETURNING x.term, x.id),"
+                " p AS (INSERT INTO {p}search_postings AS b (term_id, block, bits)"
+                " SELECT t.id, u.block, u.bits"
+                " FROM unnest($7::text[], $8::bigint[], $9::bigint[]) AS u(term, block, bits)"
+                " JOIN t ON t.term = u.term"
+                " ON CONFLICT (term_id, block) DO UPDATE SET bits = b.bits | excluded.bits)"
+                " UPDATE {p}sessions SET search_docs = search_docs + $10,"
+                " search_length = search_length + $11 WHERE session_id = $12"
             ),
             key,
             [seq for seq, _, _ in docs],
-            [role for _, role, _ in docs],
-            lengths,
-            [_tsvector(key, t) for _, _, t in docs],
+            [" ".join(own) for _, _, (own, _) in docs],
+            [" ".join(lent) for _, _, (_, lent) in docs],
             names,
             [dfs[t] for t in names],
+            [term for term, _ in blocks],
+            [block for _, block in blocks],
+            [_signed(bits) for bits in blocks.values()],
             len(docs),
-            sum(lengths),
+            sum(doc_length(t) for _, _, t in docs),
             session_id,
         )
 
-    async def _count_terms(
-        self, conn: Any, session_id: str, key: int, entries: Sequence[Indexed], sign: int
+    async def _unindex(
+        self, conn: Any, session_id: str, key: int, docs: Sequence[tuple[int, str, Indexed]]
     ) -> None:
-        """Add (``sign`` 1) or remove (-1) entries in the session's search counts (in the
-        transaction that writes them, the session's row locked; :meth:`_index` adds its own)."""
-        if not entries:
+        """Take ``(seq, role, entry)`` (their entries already deleted) out of the postings and
+        the counts of the session with search key ``key`` (in the transaction that deletes
+        them, the session's row locked)."""
+        if not docs:
             return
-        dfs: dict[str, int] = {}
-        for indexed in entries:
-            for term in distinct_terms(indexed):
-                dfs[term] = dfs.get(term, 0) + 1
+        dfs = _document_frequencies(docs)
+        blocks = _blocks((term, seq) for seq, role, t in docs for term in _doc_terms(role, t))
+        names = sorted(dfs)
+        # A block left without postings goes; the others lose the deleted seqs' bits.
         await conn.execute(
             self.sql(
-                "UPDATE {p}sessions SET search_docs = search_docs + $2,"
-                " search_length = search_length + $3 WHERE session_id = $1"
+                "WITH u AS (SELECT t.id, u.block, u.bits"
+                " FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS u(term, block, bits)"
+                " JOIN {p}search_terms t ON t.search_key = $1 AND t.term = u.term),"
+                " d AS (DELETE FROM {p}search_postings b USING u"
+                " WHERE b.term_id = u.id AND b.block = u.block AND b.bits & ~u.bits = 0)"
+                " UPDATE {p}search_postings b SET bits = b.bits & ~u.bits FROM u"
+                " WHERE b.term_id = u.id AND b.block = u.block AND b.bits & ~u.bits <> 0"
             ),
-            session_id,
-            sign * len(entries),
-            sign * sum(doc_length(t) for t in entries),
+            key,
+            [term for term, _ in blocks],
+            [block for _, block in blocks],
+            [_signed(bits) for bits in blocks.values()],
         )
-        names = sorted(dfs)
-        if sign > 0:
-            await conn.execute(
-                self.sql(
-                    "INSERT INTO {p}search_terms AS t (search_key, term, df)"
-                    " SELECT $1, u.term, u.df FROM unnest($2::text[], $3::bigint[]) AS u(term, df)"
-                    " ON CONFLICT (search_key, term) DO UPDATE SET df = t.df + excluded.df"
-                ),
-                key,
-                names,
-                [dfs[t] for t in names],
-            )
-        else:
-            await conn.execute(
-                self.sql(
-                    "UPDATE {p}search_terms AS t SET df = t.df - u.df"
-                    " FROM unnest($2::text[], $3::bigint[]) AS u(term, df)"
-                    " WHERE t.search_key = $1 AND t.term = u.term"
-                ),
-                key,
-                names,
-                [dfs[t] for t in names],
-            )
-            await conn.execute(
-                self.sql(
-                    "DELETE FROM {p}search_terms WHERE search_key = $1"
-                    " AND term = ANY($2::text[]) AND df <= 0"
-                ),
-                key,
-                names,
-            )
+        await conn.execute(
+            self.sql(
+                "WITH t AS (UPDATE {p}search_terms AS t SET df = t.df - u.df"
+                " FROM unnest($2::text[], $3::bigint[]) AS u(term, df)"
+                " WHERE t.search_key = $1 AND t.term = u.term)"
+                " UPDATE {p}sessions SET search_docs = search_docs - $4,"
+                " search_length = search_length - $5 WHERE session_id = $6"
+            ),
+            key,
+            names,
+            [dfs[t] for t in names],
+            len(docs),
+            sum(doc_length(t) for _, _, t in docs),
+            session_id,
+        )
+        await conn.execute(
+            self.sql(
+                "DELETE FROM {p}search_terms WHERE search_key = $1"
+                " AND term = ANY($2::text[]) AND df <= 0"
+            ),
+            key,
+            names,
+        )
+
+    async def _drop_search(self, conn: Any, key: int) -> None:
+        """Remove every entry, posting and count of the session with search key ``key`` (its
+        row's totals are the caller's)."""
+        # The ids as an array: with a subquery the planner may hash-join all the postings.
+        await conn.execute(
+            self.sql(
+                "DELETE FROM {p}search_postings WHERE term_id ="
+                " ANY(ARRAY(SELECT id FROM {p}search_terms WHERE search_key = $1))"
+            ),
+            key,
+        )
+        for table in ("search_entries", "search_terms"):
+            await conn.execute(self.sql(f"DELETE FROM {{p}}{table} WHERE search_key = $1"), key)
 
     async def _epoch(self, conn: Any, session_id: str) -> int:
         epoch = await conn.fetchval(
@@ -1306,58 +1351,198 @@ def _rows_to_messages(rows: Sequence[Any]) -> list[Message]:
     ]
 
 
-# -- the search index's tsvectors ---------------------------------------------------------------
+# -- the search index: terms, blocks of postings, the statements of a search -----------------
 
 
-def _lexeme(key: int, term: str) -> str:
-    """A term's lexeme in the tsvector of a message of the session with search key ``key``."""
-    return f"{key}_{term}"
+def _role_term(role: str) -> str:
+    """The term every indexed message of ``role`` is filed under: a role filter is one more
+    term of a read. It holds a space, so no query term is ever equal to it."""
+    return f" role:{role}"
 
 
-def _quote_lexeme(lexeme: str) -> str:
-    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+def _doc_terms(role: str, indexed: Indexed) -> set[str]:
+    """The terms a message's postings are filed under: those it is found by, and its role's."""
+    return distinct_terms(indexed) | {_role_term(role)}
+
+
+def _document_frequencies(docs: Sequence[tuple[int, str, Indexed]]) -> dict[str, int]:
+    """How many of ``(seq, role, entry)`` each term (roles' included) is filed under."""
+    dfs: dict[str, int] = {}
+    for _, role, indexed in docs:
+        for term in _doc_terms(role, indexed):
+            dfs[term] = dfs.get(term, 0) + 1
+    return dfs
+
+
+def _blocks(postings: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """``(term, seq)`` postings as blocks: ``(term, seq >> 6)`` -> the seqs' bits (bit
+    ``seq & 63``)."""
+    blocks: dict[tuple[str, int], int] = {}
+    for term, seq in postings:
+        at = (term, seq >> _BLOCK_BITS)
+        blocks[at] = blocks.get(at, 0) | 1 << (seq & _BLOCK_MASK)
+    return blocks
+
+
+def _block_arrays(seqs: Iterable[int]) -> tuple[list[int], list[int]]:
+    """Seqs as two arrays for a statement: their blocks, in order, and each block's bits."""
+    blocks = sorted((block, bits) for (_, block), bits in _blocks(("", s) for s in seqs).items())
+    return [block for block, _ in blocks], [_signed(bits) for _, bits in blocks]
+
+
+def _signed(bits: int) -> int:
+    """64 bits as the ``bigint`` that holds them."""
+    return bits - (1 << 64) if bits >> 63 else bits
+
+
+def _seqs(blocks: Sequence[int] | None, bits: Sequence[int] | None) -> set[int]:
+    """The seqs of blocks of postings (``None``: no block)."""
+    seqs: set[int] = set()
+    for block, word in zip(blocks or (), bits or (), strict=True):
+        base, word = block << _BLOCK_BITS, word & _WORD
+        while word:
+            low = word & -word
+            seqs.add(base + low.bit_length() - 1)
+            word ^= low
+    return seqs
+
+
+def _newest(seqs: set[int], limit: int | None) -> set[int]:
+    """The ``limit`` newest of ``seqs`` (``None``: all of them): a read of the newest gets
+    whole blocks, some of them older than what it asked for."""
+    if limit is None or len(seqs) <= limit:
+        return seqs
+    return set(sorted(seqs)[-limit:])
+
+
+def _gathered(
+    plan: Plan, got: Sequence[set[int]]
+) -> tuple[dict[int, set[int]], set[int], set[int]]:
+    """From what each read of ``plan`` found: which candidates hold each term, all the
+    candidates, and those the probes look among. Those are the candidates found by a read of
+    one term (read whole, or the newest): a candidate of a conjunction holding a term read whole
+    is found by that term's read, one holding the term read newest first and not older than its
+    oldest read is found by that read, and one holding neither is not probed (as on every
+    store: a conjunction's terms are known)."""
+    holders: dict[int, set[int]] = {}
+    found: set[int] = set()
+    probed: set[int] = set()
+    for read, seqs in zip(plan.reads, got, strict=True):
+        found |= seqs
+        if len(read.terms) == 1:
+            probed |= seqs
+        for i in read.terms:
+            holders.setdefault(i, set()).update(seqs)
+    return holders, found, probed
+
+
+def _reads_sql(plan: Plan, ids: Sequence[int], role_id: int | None) -> tuple[str, list[Any]]:
+    """The statement that reads a plan's postings (``""`` when there is nothing to read) and
+    its arguments: rows ``(n, blocks, bits)``, the blocks read n found, each the postings
+    (``bits``) that hold every term of the read, and the role (``role_id``: the role's term)
+    if one is asked for. A read of the newest reads as many blocks, newest first, as postings
+    asked for (each block holds at least one). ``ids``: the query terms' ids.
+
+    A conjunction is a query of its own (a ``WITH`` query): its rarest two terms' blocks joined
+    (and the role's), each further term's looked up in the blocks found so far. A conjunction
+    of three terms is the one of its rarest two (the plan's conjunctions share their terms)
+    with the third: the rarest two's lists are read once for both."""
+    args: list[Any] = []
+
+    def param(value: int) -> str:
+        args.append(value)
+        return f"${len(args)}"
+
+    def joined(tables: Sequence[tuple[str, int]]) -> tuple[str, str]:
+        """``FROM`` the first table's blocks, each other's joined by block; and their bits."""
+        (first, first_id), rest = tables[0], tables[1:]
+        joins = "".join(
+            f" JOIN {{p}}search_postings {t} ON {t}.term_id = {param(term_id)}"
+            f" AND {t}.block = {first}.block"
+            for t, term_id in rest
+        )
+        bits = " & ".join(f"{t}.bits" for t, _ in tables)
+        where = f"{first}.term_id = {param(first_id)}" + (f" AND ({bits}) <> 0" if rest else "")
+        return f"{{p}}search_postings {first}{joins} WHERE {where}", bits
+
+    role = [("r", role_id)] if role_id is not None else []
+    queries: dict[tuple[int, ...], str] = {}  # the terms of a conjunction -> its WITH query
+    defined: list[str] = []
+
+    def conjunction(terms: tuple[int, ...]) -> str:
+        if terms not in queries:
+            if len(terms) == 2:
+                source, bits = joined([("a", ids[terms[0]]), ("b", ids[terms[1]]), *role])
+                body = f"SELECT a.block, {bits} AS bits FROM {source}"
+            else:
+                found = conjunction(terms[:-1])
+                body = (
+                    f"SELECT c.block, c.bits & x.bits AS bits FROM {found} c"
+                    f" JOIN {{p}}search_postings x ON x.term_id = {param(ids[terms[-1]])}"
+                    " AND x.block = c.block WHERE (c.bits & x.bits) <> 0"
+                )
+            queries[terms] = f"c{len(queries)}"
+            defined.append(f"{queries[terms]} AS ({body})")
+        return queries[terms]
+
+    parts: list[str] = []
+    for n, read in enumerate(plan.reads):
+        terms = tuple(sorted(read.terms, key=lambda i: (plan.dfs[i], i)))
+        if len(terms) == 1:
+            source, bits = joined([("t", ids[terms[0]]), *role])
+            rows = f"SELECT t.block, {bits} AS bits FROM {source}"
+            order = "t.block"
+        else:
+            rows, order = f"SELECT block, bits FROM {conjunction(terms)}", "block"
+        if read.limit is not None:
+            rows += f" ORDER BY {order} DESC LIMIT {param(read.limit)}"
+        parts.append(
+            f"SELECT {n} AS n, array_agg(x.block) AS blocks, array_agg(x.bits) AS bits"
+            f" FROM ({rows}) x"
+        )
+    if not parts:
+        return "", []
+    head = f"WITH {', '.join(defined)} " if defined else ""
+    return head + " UNION ALL ".join(parts), args
+
+
+def _probes_sql(plan: Plan, ids: Sequence[int], among: Iterable[int]) -> tuple[str, list[Any]]:
+    """The statement that probes a plan's probe terms among the seqs ``among`` (``""``: nothing
+    to probe) and its arguments: rows ``(i, blocks, bits)``, the blocks of ``among`` holding
+    query term i and which of their seqs do. ``ids``: the query terms' ids."""
+    blocks, bits = _block_arrays(among)
+    if not blocks or not plan.probes:
+        return "", []
+    args: list[Any] = [blocks, bits]
+    parts = []
+    for i in plan.probes:
+        args.append(ids[i])
+        parts.append(
+            f"SELECT {i} AS i, array_agg(c.block) AS blocks, array_agg(p.bits & c.bits) AS bits"
+            " FROM unnest($1::bigint[], $2::bigint[]) AS c(block, bits)"
+            f" JOIN {{p}}search_postings p ON p.term_id = ${len(args)} AND p.block = c.block"
+            " WHERE p.bits & c.bits <> 0"
+        )
+    return " UNION ALL ".join(parts), args
+
+
+def _entry_of_text(terms: str, context: str) -> Indexed:
+    """An entry as ``search_entries`` stores it: its own terms and the lent ones, each
+    space-joined."""
+    return terms.split(), context.split()
+
+
+# -- schemas 2-4's tsvectors (read by the migration to schema 5) ---------------------------------
 
 
 def _unquote(text: str) -> str:
-    """A lexeme as :func:`_quote_lexeme` (and PostgreSQL's output) quoted it, without the
-    quotes."""
+    """A lexeme as PostgreSQL's output quotes it, without the quotes."""
     return re.sub(r"''|\\(.)", lambda m: m.group(1) or "'", text)
 
 
-def _tsvector(key: int, indexed: Indexed) -> str:
-    """The text form of an entry's tsvector: each term under the session's key, at its positions
-    (own terms in weight class A, the lent ones in B; at most 256 positions a term, as
-    PostgreSQL keeps)."""
-    positions: dict[str, list[str]] = {}
-    own, lent = indexed
-    for pos, (term, weight) in enumerate([*((t, "A") for t in own), *((t, "B") for t in lent)], 1):
-        kept = positions.setdefault(term, [])
-        if len(kept) < _MAX_POSITIONS:
-            kept.append(f"{min(pos, _MAX_POSITION)}{weight}")
-    return " ".join(
-        f"{_quote_lexeme(_lexeme(key, term))}:{','.join(p)}" for term, p in positions.items()
-    )
-
-
-def _frequencies(vector: str, lexemes: Sequence[str]) -> list[float]:
-    """The weighted frequency (weight A 1, B ``CONTEXT_WEIGHT``) of each of ``lexemes`` (quoted,
-    with the colon: ``'<key>_<term>':``) in a tsvector's text form."""
-    out: list[float] = []
-    for lexeme in lexemes:
-        at = vector.find(lexeme)
-        if at < 0:
-            out.append(0.0)
-            continue
-        start = at + len(lexeme)
-        end = vector.find(" ", start)
-        positions = vector[start : end if end >= 0 else len(vector)]
-        own = positions.count("A")
-        out.append(own + CONTEXT_WEIGHT * (positions.count(",") + 1 - own))
-    return out
-
-
 def entry_of(vector: str, key: int) -> Indexed:
-    """An entry's terms (own, lent, repeats kept) from its tsvector's text form."""
+    """An entry's terms (own, lent, repeats kept) from its schema 4 tsvector's text form (each
+    lexeme ``<key>_<term>``)."""
     prefix = f"{key}_"
     own: list[str] = []
     lent: list[str] = []
@@ -1380,57 +1565,10 @@ def _legacy_entry(vector: str) -> Indexed:
     return own, lent
 
 
-def _reads_sql(
-    plan: Plan, key: int, role: str | None, newest: Mapping[int, Sequence[int]]
-) -> tuple[str, list[Any]]:
-    """The statement that reads a plan's postings and probes (``$1`` the session's key, the
-    returned arguments after it; ``""`` when there is nothing to read): rows ``(tag, seqs)``,
-    the seqs of read n (``r<n>``: all of a conjunction, its newest taken after) and those probe
-    term i found (``p<i>``: among the messages holding a term read whole, or from the oldest of
-    ``newest`` on, the newest of one term read before: read n -> its seqs).
-
-    The lexemes carry the session's key, so a term's GIN posting list is this session's alone,
-    and a conjunction is intersected inside the index."""
-    args: list[Any] = []
-
-    def param(value: Any) -> str:
-        args.append(value)
-        return f"${len(args) + 1}"
-
-    quoted = [_quote_lexeme(_lexeme(key, t)) for t in plan.terms]
-    role_sql = f" AND role = {param(role)}" if role is not None else ""
-    where = "FROM {p}search_docs WHERE search @@ "
-    parts: list[str] = []
-    for n, read in enumerate(plan.reads):
-        if n not in newest:
-            query = " & ".join(quoted[i] for i in read.terms)
-            parts.append(f"SELECT 'r{n}' AS tag, seq {where}{param(query)}::tsquery{role_sql}")
-    any_whole = " | ".join(quoted[i] for i in plan.whole)
-    for i in plan.probes:
-        if any_whole:
-            query = f"{quoted[i]} & ({any_whole})"
-            parts.append(f"SELECT 'p{i}' AS tag, seq {where}{param(query)}::tsquery{role_sql}")
-        for n, seqs in newest.items():
-            [term] = plan.reads[n].terms
-            if seqs and term != i:
-                query = f"{quoted[i]} & {quoted[term]}"
-                parts.append(
-                    f"SELECT 'p{i}' AS tag, seq FROM {{p}}search_docs WHERE search_key = $1"
-                    f" AND seq >= {param(min(seqs))} AND search @@ {param(query)}::tsquery"
-                    f"{role_sql}"
-                )
-    if not parts:
-        return "", []
-    # The statement takes the session's key as $1 whether or not a part reads it.
-    parts[0] += " AND $1::bigint IS NOT NULL"
-    sql = f"SELECT tag, array_agg(seq) AS seqs FROM ({' UNION ALL '.join(parts)}) r GROUP BY tag"
-    return sql, args
-
-
 #: Settings of the pool's connections, each unless the URL sets it. Every statement here is
 #: small: starting parallel workers cost a search more than they saved, and JIT compiling cost a
-#: search about 12 ms (the planner cannot tell how rare a session's lexemes are, so its estimates
-#: pass ``jit_above_cost``).
+#: search about 12 ms (the planner could not tell how rare a session's GIN lexemes were, so its
+#: estimates passed ``jit_above_cost``; it cannot tell how many postings a term has either).
 SERVER_SETTINGS = {"max_parallel_workers_per_gather": "0", "jit": "off"}
 
 

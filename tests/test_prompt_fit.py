@@ -15,7 +15,7 @@ from host_stub.testing import FakeLLM, simple_count
 from plugin_memory_summary.config import MemorySummaryConfig, PayloadCaps
 from plugin_memory_summary.fitting import render_payload
 from plugin_memory_summary.prompt_fit import MESSAGE_OVERHEAD, fit_margin, fit_prompt
-from plugin_memory_summary.record import build_record
+from plugin_memory_summary.record import SummaryRecord, build_record
 from plugin_memory_summary.rules import rules_merge
 from plugin_memory_summary.summary_model import Excerpt, SummaryPayload
 from plugin_memory_summary.tokens import TokenBook
@@ -124,6 +124,20 @@ def test_the_block_is_left_out_when_nothing_else_could_make_room() -> None:
     assert out.block_budget == 0  # type: ignore[attr-defined]
 
 
+def _record(payload: SummaryPayload) -> SummaryRecord:
+    """A record of one compression of messages 1-90 holding ``payload``."""
+    return build_record(
+        None,
+        payload,
+        lang="en",
+        covered_up_to_seq=90,
+        epoch=0,
+        compressed_at_seq=90,
+        messages_summarized=90,
+        compressions=1,
+    )
+
+
 def test_a_smaller_block_drops_whole_items_and_keeps_every_identifier() -> None:
     ids = [f"BK{i:04d}X" for i in range(12)]
     payload = SummaryPayload(
@@ -134,16 +148,7 @@ def test_a_smaller_block_drops_whole_items_and_keeps_every_identifier() -> None:
         ],
         identifiers=ids,
     )
-    record = build_record(
-        None,
-        payload,
-        lang="en",
-        covered_up_to_seq=90,
-        epoch=0,
-        compressed_at_seq=90,
-        messages_summarized=90,
-        compressions=1,
-    )
+    record = _record(payload)
     book = TokenBook(MemorySummaryConfig(), FakeLLM())
     full, full_tokens = book.block("s", 1, record, 100_000)
     small, tokens = book.block("s", 1, record, full_tokens // 2)
@@ -164,16 +169,7 @@ def test_a_block_that_fits_a_smaller_budget_is_not_rendered_again() -> None:
             for i in range(1, 40)
         ],
     )
-    record = build_record(
-        None,
-        payload,
-        lang="en",
-        covered_up_to_seq=90,
-        epoch=0,
-        compressed_at_seq=90,
-        messages_summarized=90,
-        compressions=1,
-    )
+    record = _record(payload)
     counted: list[str] = []
 
     class Counting(FakeLLM):

@@ -26,6 +26,28 @@ NO_ENTRY_POINTS = HostConfig.model_validate(
 )
 
 
+#: A host without entry points on the in-memory store (it counts with the host's LLM).
+IN_MEMORY = NO_ENTRY_POINTS.model_copy(
+    update={"host": NO_ENTRY_POINTS.host.model_copy(update={"memory": "memory://"})}
+)
+
+
+class CountingLLM(FakeLLM):
+    """Appends the content of every message it is asked to count to ``counted``."""
+
+    def __init__(self, counted: list[str]) -> None:
+        super().__init__(default="ok")
+        self.counted = counted
+
+    def count_tokens(self, messages_or_text: Any, model: str | None = None) -> int:
+        if isinstance(messages_or_text, list):
+            self.counted.extend(
+                str(m.get("content") if isinstance(m, dict) else m.content)
+                for m in messages_or_text
+            )
+        return super().count_tokens(messages_or_text, model)
+
+
 class CountingMemory(InMemoryMemory):
     def __init__(self) -> None:
         super().__init__(token_counter=lambda m: 5)
@@ -117,10 +139,7 @@ async def test_markers_are_stored_without_counting() -> None:
             return super().count_tokens(messages_or_text, model)
 
     # The host opens the store itself, with its own token counter.
-    config = NO_ENTRY_POINTS.model_copy(
-        update={"host": NO_ENTRY_POINTS.host.model_copy(update={"memory": "memory://"})}
-    )
-    async with Host(config, llm=Counting(default="ok")) as host:
+    async with Host(IN_MEMORY, llm=Counting(default="ok")) as host:
         marker = Message(role="system", kind="event-marker", content="compressed 3 messages")
         [stored] = await host.memory.append("s", [marker])
         assert stored.tokens == 0
@@ -358,20 +377,8 @@ async def test_messages_the_last_prompt_sent_are_not_counted_again() -> None:
     at its append: each message is counted once, when it is stored."""
     counted: list[str] = []
 
-    class Counting(FakeLLM):
-        def count_tokens(self, messages_or_text: Any, model: str | None = None) -> int:
-            if isinstance(messages_or_text, list):
-                counted.extend(
-                    str(m.get("content") if isinstance(m, dict) else m.content)
-                    for m in messages_or_text
-                )
-            return super().count_tokens(messages_or_text, model)
-
-    llm = Counting(default="ok")
-    config = NO_ENTRY_POINTS.model_copy(
-        update={"host": NO_ENTRY_POINTS.host.model_copy(update={"memory": "memory://"})}
-    )
-    async with Host(config, llm=llm) as host:
+    llm = CountingLLM(counted)
+    async with Host(IN_MEMORY, llm=llm) as host:
         for i in range(6):
             last = await host.run_turn(
                 "s", f"q{i}", recorded=[Message(role="assistant", content=f"a{i}")]
@@ -443,20 +450,8 @@ async def test_a_replaced_message_is_counted_once_not_at_every_call() -> None:
 
     counted: list[str] = []
 
-    class Counting(FakeLLM):
-        def count_tokens(self, messages_or_text: Any, model: str | None = None) -> int:
-            if isinstance(messages_or_text, list):
-                counted.extend(
-                    str(m.get("content") if isinstance(m, dict) else m.content)
-                    for m in messages_or_text
-                )
-            return super().count_tokens(messages_or_text, model)
-
-    llm = Counting(default="ok")
-    config = NO_ENTRY_POINTS.model_copy(
-        update={"host": NO_ENTRY_POINTS.host.model_copy(update={"memory": "memory://"})}
-    )
-    async with Host(config, llm=llm, plugins=[("prune", Placeholders())]) as host:
+    llm = CountingLLM(counted)
+    async with Host(IN_MEMORY, llm=llm, plugins=[("prune", Placeholders())]) as host:
         call = ToolCall(id="c1", function=ToolCallFunction(name="lookup", arguments="{}"))
         await host.run_turn(
             "s",

@@ -159,7 +159,7 @@ class Host:
         #: one compression to the next: counted once, not at every model call).
         self._text_counts: OrderedDict[str, int] = OrderedDict()
         #: Tokens of the history messages plugins replaced lately, as shown (see ``_pruned``).
-        self._shown_counts: OrderedDict[tuple[str, int | None, str], int] = OrderedDict()
+        self._shown_counts: OrderedDict[tuple[Any, ...], int] = OrderedDict()
         self._tool_def_tokens: int | None = None
         #: Names of the tools plugins added through ``agent_tools``.
         self.plugin_tools: set[str] = set()
@@ -383,9 +383,17 @@ class Host:
             return history
 
         def count(message: Message) -> int:
-            # A seq names one message of the session for good: the same replacement of it (a
-            # placeholder, a cut) comes back at every call and is counted once.
-            key = (view.session_id, message.seq, text_of(message.content))
+            # The same replacement of a message (a placeholder, a cut) comes back at every call
+            # and is counted once; the key holds what the count reads (a forgotten session's seqs
+            # start again at 1).
+            key = (
+                view.session_id,
+                message.seq,
+                message.role,
+                message.tool_call_id,
+                message.name,
+                text_of(message.content),
+            )
             n = self._shown_counts.get(key)
             if n is None:
                 n = self._shown_counts[key] = self._count_message(message)

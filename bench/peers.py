@@ -223,6 +223,17 @@ LANGCHAIN = "LangChain SummarizationMiddleware"
 LANGMEM = "LangMem summarize_messages"
 
 
+def by_regime(
+    results: dict[str, dict[str, dict[str, Any]]], latency: float
+) -> Iterator[tuple[str, dict[str, dict[str, Any]], str, str]]:
+    """Each data set's results per model-call regime: ``(data set, its results by system, the
+    regime as the tables name it, the suffix of its systems' labels)``."""
+    for name, by in results.items():
+        for wait in regimes(latency):
+            suffix = ", instant model calls" if wait != latency else ""
+            yield name, by, f"{wait * 1000:g} ms" if wait else "instant", suffix
+
+
 def regimes(latency_s: float) -> tuple[float, ...]:
     """The model-call durations every system runs with: the given one, and instant calls."""
     return (latency_s, 0.0) if latency_s else (0.0,)
@@ -754,39 +765,31 @@ async def main() -> None:
         "steps (us): steps that wait for no summarizer; the waiting ones counted and timed apart",
         TURN_COLUMNS,
     )
-    for name, by in results.items():
-        for wait in regimes(latency):
-            suffix = ", instant model calls" if wait != latency else ""
-            peer = by.get(f"{LANGCHAIN} (keep {KEEP_MESSAGES} msgs){suffix}")
-            if peer is None:
+    for name, by, regime, suffix in by_regime(results, latency):
+        peer = by.get(f"{LANGCHAIN} (keep {KEEP_MESSAGES} msgs){suffix}")
+        if peer is None:
+            continue
+        for label, a in by.items():
+            if not label.startswith(f"ours: {RECOMMENDED}") or (
+                label.endswith(", instant model calls") != bool(suffix)
+            ):
                 continue
-            regime = f"{wait * 1000:g} ms" if wait else "instant"
-            for label, a in by.items():
-                if not label.startswith(f"ours: {RECOMMENDED}") or (
-                    label.endswith(", instant model calls") != bool(suffix)
-                ):
-                    continue
-                turn_table.add(name, regime, label.removeprefix("ours: "), *turn_row(a, peer))
+            turn_table.add(name, regime, label.removeprefix("ours: "), *turn_row(a, peer))
 
     verdict = Table(
         "Against each peer (ours = the recommended setting): is ours at least as good on each "
         "column?",
         VERDICT_COLUMNS,
     )
-    for name, by in results.items():
-        for wait in regimes(latency):
-            suffix = ", instant model calls" if wait != latency else ""
-            o = by.get(f"ours: {RECOMMENDED}{suffix}")
-            if o is None:
+    for name, by, regime, suffix in by_regime(results, latency):
+        o = by.get(f"ours: {RECOMMENDED}{suffix}")
+        if o is None:
+            continue
+        for label, a in by.items():
+            if label.startswith("ours") or not label.endswith(f"){suffix}"):
                 continue
-            for label, a in by.items():
-                if label.startswith("ours") or not label.endswith(f"){suffix}"):
-                    continue
-                checks = verdict_checks(o, a)
-                regime = f"{wait * 1000:g} ms" if wait else "instant"
-                verdict.add(
-                    name, regime, label.split(" (")[0], *checks.values(), peer_dominates(o, a)
-                )
+            checks = verdict_checks(o, a)
+            verdict.add(name, regime, label.split(" (")[0], *checks.values(), peer_dominates(o, a))
     notes = [
         f"Budget {BUDGET} tokens for the whole prompt. Ours: host context_window {BUDGET}, "
         "reserve_for_reply 0. LangChain: trigger=('tokens', 4000 - system prompt tokens), "

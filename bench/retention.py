@@ -362,6 +362,17 @@ def tau_row(label: str, score: TauScore, trajectories: int) -> list[Any]:
     ]
 
 
+#: The columns of a long tool chat's row after the one naming it (see ``_long_chat_cells``).
+LONG_CHAT_COLUMNS = [
+    "ids archived",
+    "ids kept",
+    "share kept",
+    "tool-pair violations",
+    "calls over budget",
+    "compressions",
+]
+
+
 def _long_chat_cells(seen: int, kept: int, bad: Any, over: Any, done: Any) -> list[Any]:
     """A long tool chat's row after its name: ids archived, kept, the share kept, violations,
     calls over budget, compressions."""
@@ -543,15 +554,7 @@ async def main() -> None:
     long_table = Table(
         "tau-bench airline: 25 trajectories back to back as one long tool chat; action "
         "identifiers that are archived at the end and still in the final prompt",
-        [
-            "system",
-            "ids archived",
-            "ids kept",
-            "share kept",
-            "tool-pair violations",
-            "calls over budget",
-            "compressions",
-        ],
+        ["system", *LONG_CHAT_COLUMNS],
     )
     chain = trajectories[: min(25, len(trajectories))]
     for name in dict.fromkeys([DEFAULT, recommended]):
@@ -573,15 +576,7 @@ async def main() -> None:
     slices = Table(
         "tau-bench airline: every slice of 25 trajectories back to back as one long tool chat "
         "(shipped defaults); the first slice is the chat above",
-        [
-            "trajectories",
-            "ids archived",
-            "ids kept",
-            "share kept",
-            "tool-pair violations",
-            "calls over budget",
-            "compressions",
-        ],
+        ["trajectories", *LONG_CHAT_COLUMNS],
     )
     pooled = [0, 0]
     for start in range(0, len(trajectories), 25):

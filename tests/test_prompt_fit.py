@@ -5,6 +5,7 @@ conversation acted on take a large share of the summary."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 from plugin_harness import plugin_host
@@ -287,7 +288,8 @@ def test_past_the_soft_mark_old_tool_groups_give_way_when_that_alone_brings_it_u
     shown = 100 + 500 + shown_total(messages, configured.replacements)  # type: ignore[attr-defined]
     deeper_prompt = 100 + 500 + shown_total(messages, newest_only.replacements)  # type: ignore[attr-defined]
     assert deeper_prompt < shown
-    out = fit_prompt(
+    under = functools.partial(
+        fit_prompt,
         messages,
         window=window,
         fixed=100,
@@ -295,21 +297,12 @@ def test_past_the_soft_mark_old_tool_groups_give_way_when_that_alone_brings_it_u
         keep_tool_groups=3,
         max_result_tokens=None,
         count_tokens=count,
-        prune_to=deeper_prompt,
     )
+    out = under(prune_to=deeper_prompt)
     results = [m.seq for m in messages if m.role == "tool"]
     assert sorted(out.replacements) == results[:-1]
     assert out.block_budget is None
     # When even the newest group alone would not get under the mark, tier 1 stays as set and
     # the compression decides.
-    out = fit_prompt(
-        messages,
-        window=window,
-        fixed=100,
-        block_tokens=500,
-        keep_tool_groups=3,
-        max_result_tokens=None,
-        count_tokens=count,
-        prune_to=600,
-    )
+    out = under(prune_to=600)
     assert out.replacements == configured.replacements  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from blinker import Namespace
+from pydantic import BaseModel
 
 from .signals import PAYLOADS
 
@@ -70,10 +71,16 @@ class EventBus:
     def receivers(self, name: str) -> int:
         return len(self._signal(name).receivers)
 
-    async def send(self, name: str, /, **payload: Any) -> list[Any]:
-        """Validate ``payload`` against the signal's model, then await every receiver."""
+    async def send(self, name: str, built: BaseModel | None = None, /, **payload: Any) -> list[Any]:
+        """Validate ``payload`` against the signal's model, then await every receiver. A sender
+        that built the payload model itself passes it instead (``built``: not validated again;
+        receivers get its field values, to read, not to change)."""
         signal = self._signal(name)
-        model = PAYLOADS[name].model_validate(payload)
+        model = built
+        if model is None:
+            model = PAYLOADS[name].model_validate(payload)
+        elif payload or type(model) is not PAYLOADS[name]:
+            raise TypeError(f"{name}: pass one {PAYLOADS[name].__name__} or its fields")
         # Pass field values, not a dump: a shared ``results`` dict stays shared.
         kwargs = {field: getattr(model, field) for field in type(model).model_fields}
         results = await signal.send_async(self._sender, **kwargs)

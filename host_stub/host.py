@@ -493,7 +493,7 @@ class Host:
         writes = self._writes.of(session_id)
         snap, prompt, usage, view, stored = await self._build(session_id)
         usage, tokens = self._with_reuse(session_id, prompt, usage, stored)
-        await self.bus.send(signals.TOKEN_USAGE, **usage.model_dump())
+        await self.bus.send(signals.TOKEN_USAGE, usage)
         result.usage.append(usage)
         await self._before_model_call(view)
         if self._writes.of(session_id) != writes:
@@ -501,7 +501,7 @@ class Host:
             if snapshot_key(again) != snapshot_key(snap):
                 snap, prompt, usage, view, stored = await self._build(session_id)
                 usage, tokens = self._with_reuse(session_id, prompt, usage, stored, rebuilt=True)
-                await self.bus.send(signals.TOKEN_USAGE, **usage.model_dump())
+                await self.bus.send(signals.TOKEN_USAGE, usage)
                 result.usage.append(usage)
         result.sent.append(prompt)
         self._remember_sent(session_id, prompt, tokens)

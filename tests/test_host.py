@@ -203,9 +203,16 @@ async def test_bus_isolates_failing_receivers_and_refuses_unknown_names(
         bus.connect("nope", sync_receiver)
     with pytest.raises(ValueError):  # a payload that does not match the model
         await bus.send(signals.SESSION_COMPRESS, session_id="s")
+    built = signals.SessionCompress(request_id="r3", session_id="u", reason="manual")
+    await bus.send(signals.SESSION_COMPRESS, built)  # a payload the sender built: as it is
+    assert got[-1] == "u"
+    with pytest.raises(TypeError):  # a model of another signal
+        await bus.send(signals.SESSION_COMPRESS, signals.MemoryClear(session_id="u"))
+    with pytest.raises(TypeError):  # a model and fields
+        await bus.send(signals.SESSION_COMPRESS, built, session_id="v")
     bus.disconnect(signals.SESSION_COMPRESS, sync_receiver)
     await bus.send(signals.SESSION_COMPRESS, request_id="r2", session_id="t")
-    assert got == ["s"]
+    assert got == ["s", "u"]
 
 
 @pytest.mark.parametrize(

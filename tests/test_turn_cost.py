@@ -333,6 +333,66 @@ async def test_tool_calls_are_copied_without_a_deep_copy(monkeypatch: pytest.Mon
     assert again.tool_calls[1].model_extra == {"tags": ["a"]}
 
 
+async def test_in_memory_reads_parse_the_saved_record_without_dumping_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The summary record is read at every model call: the in-memory store keeps it as the JSON
+    text it was saved as and each read parses that text (a private copy) instead of dumping and
+    parsing the value; flat metadata (scalar values) is copied without a deep copy."""
+    from host_stub.memory import common
+
+    memory = InMemoryMemory(token_counter=lambda m: 1)
+    record = {"summary": "Goal: a table for 4", "facts": [{"id": "RES-1"}]}
+    await memory.save_metadata("summary", "s", record)
+    await memory.append("s", [Message(role="user", content="hi", metadata={"k": "v", "n": 1})])
+    dumps: list[Any] = []
+    deep: list[Any] = []
+    real_dump = common.json.dumps
+    monkeypatch.setattr(common.json, "dumps", lambda *a, **k: dumps.append(a) or real_dump(*a, **k))
+    monkeypatch.setattr(common.copy, "deepcopy", lambda value, memo=None: deep.append(value))
+    first, second = await memory.snapshot("s"), await memory.snapshot("s")
+    entry = await memory.get_metadata("summary", "s")
+    assert dumps == [] and deep == []
+    assert first.record is not None and second.record is not None and entry is not None
+    assert first.record.value == second.record.value == entry.value == record
+    first.record.value["facts"].append("changed")  # type: ignore[index]
+    first.messages[0].metadata["k"] = "changed"
+    again = await memory.snapshot("s")
+    assert again.record is not None and again.record.value == record
+    assert again.messages[0].metadata == {"k": "v", "n": 1}
+    assert [e.value for e in await memory.list_metadata("summary")] == [record]
+
+
+async def test_an_in_memory_append_keeps_the_json_form_without_writing_the_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An in-memory append keeps what a SQL store would read back (tuples as lists, NaN as
+    null) without writing the JSON text and parsing it again."""
+    from host_stub.memory import common
+
+    memory = InMemoryMemory(token_counter=lambda m: 1)
+    texts: list[Any] = []
+    real_dump = common.json.dumps
+    monkeypatch.setattr(common.json, "dumps", lambda *a, **k: texts.append(a) or real_dump(*a, **k))
+    given_metadata = {"pair": (1, 2), "nan": float("nan"), "nested": {"x": [(3,)]}}
+    [out] = await memory.append("s", [Message(role="user", content="hi", metadata=given_metadata)])
+    assert texts == []
+    through_json = common.message_from_row(
+        role="user",
+        kind="message",
+        body=common.body_of(out),
+        seq=1,
+        epoch=0,
+        tokens=1,
+        archived=None,
+    )
+    assert out.metadata == {"pair": [1, 2], "nan": None, "nested": {"x": [[3]]}}
+    assert out == through_json
+    given_metadata["nested"]["x"].append(4)  # type: ignore[index]
+    [stored] = await memory.get_history("s")
+    assert stored.metadata["nested"] == {"x": [[3]]}
+
+
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
 async def test_an_append_computes_no_search_terms(backend: str, tmp_path: Path) -> None:
     """Appends are on the turn's path, the search index is not: an append stores the message and

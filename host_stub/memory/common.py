@@ -31,6 +31,7 @@ __all__ = [
     "one_line",
     "redact_url",
     "select_trim",
+    "stored_message",
     "to_datetime",
     "tokens_of",
 ]
@@ -57,6 +58,23 @@ def body_of(message: Message) -> str:
     )
 
 
+#: The fields a store sets on a message it keeps.
+_STORE_FIELDS = {"seq", "epoch", "tokens", "archived"}
+
+
+def stored_message(message: Message, *, seq: int, epoch: int, tokens: int) -> Message:
+    """``message`` as a store without a JSON column keeps it: its fields in their JSON form
+    (what :func:`body_of` writes and :func:`message_from_row` reads back: tuples become lists,
+    keys strings, NaN null), new containers sharing no part with ``message``, the store's
+    fields set. The text itself is never made: a parse of it would give the same fields."""
+    data = message.model_dump(mode="json", exclude=_STORE_FIELDS)
+    data.update(seq=seq, epoch=epoch, tokens=tokens, archived=None)
+    return Message.model_validate(data)
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
 def copy_message(message: Message) -> Message:
     """A private copy of a stored message: a new model whose mutable parts (list content, tool
     calls, metadata) are deep copies; strings and numbers, which cannot change, are shared. A
@@ -66,12 +84,11 @@ def copy_message(message: Message) -> Message:
         update["content"] = copy.deepcopy(message.content)
     if message.tool_calls:
         update["tool_calls"] = [_copy_call(call) for call in message.tool_calls]
-    if message.metadata:
-        update["metadata"] = copy.deepcopy(message.metadata)
+    metadata = message.metadata
+    if metadata:
+        flat = all(isinstance(value, _SCALARS) for value in metadata.values())
+        update["metadata"] = dict(metadata) if flat else copy.deepcopy(metadata)
     return message.model_copy(update=update)
-
-
-_SCALARS = (str, int, float, bool, type(None))
 
 
 def _copy_call(call: ToolCall) -> ToolCall:

@@ -27,16 +27,15 @@ from ..services import (
 from ..session_ids import check_session_id
 from .common import (
     TokenCounter,
-    body_of,
     check_limit,
     check_ttl,
     copy_message,
     dump_value,
     is_core,
     load_value,
-    message_from_row,
     new_lease_token,
     select_trim,
+    stored_message,
     to_datetime,
     tokens_of,
 )
@@ -143,7 +142,9 @@ class InMemoryMemory:
         self._clock = clock
         self._lock = asyncio.Lock()
         self._sessions: dict[str, _Session] = {}
-        self._metadata: dict[tuple[str, str], MetadataEntry] = {}
+        #: Each entry without its value, and the value as JSON text (as the other backends keep
+        #: it): a read parses the text (a third of a dump and parse of the value).
+        self._metadata: dict[tuple[str, str], tuple[MetadataEntry, str | None]] = {}
         self._leases: dict[str, LeaseToken] = {}
         #: name -> the last fencing token handed out (kept after release and expiry).
         self._fences: dict[str, int] = {}
@@ -178,21 +179,21 @@ class InMemoryMemory:
     def _write_metadata(
         self, namespace: str, key: str, value: dict[str, Any] | None, now: float
     ) -> int:
-        current = self._metadata.get((namespace, key))
-        version = (current.version if current else 0) + 1
-        self._metadata[(namespace, key)] = MetadataEntry(
+        version = self._version(namespace, key) + 1
+        entry = MetadataEntry(
             namespace=namespace,
             key=key,
-            value=_copy_value(value),
+            value=None,
             version=version,
             deleted=value is None,
             updated_at=to_datetime(now),
         )
+        self._metadata[(namespace, key)] = (entry, None if value is None else dump_value(value))
         return version
 
     def _version(self, namespace: str, key: str) -> int:
         current = self._metadata.get((namespace, key))
-        return current.version if current else 0
+        return current[0].version if current else 0
 
     # -- messages -----------------------------------------------------------------------------
 
@@ -207,15 +208,9 @@ class InMemoryMemory:
             out: list[Message] = []
             for message, tokens in counted:
                 session.last_seq += 1
-                # Through JSON, as the SQL backends store it, so all accept the same input.
-                stored = message_from_row(
-                    role=message.role,
-                    kind=message.kind,
-                    body=body_of(message),
-                    seq=session.last_seq,
-                    epoch=session.epoch,
-                    tokens=tokens,
-                    archived=None,
+                # In its JSON form, as the SQL backends store it, so all accept the same input.
+                stored = stored_message(
+                    message, seq=session.last_seq, epoch=session.epoch, tokens=tokens
                 )
                 session.messages[stored.seq] = stored  # type: ignore[index]
                 session.pending[session.last_seq] = now  # indexed by the next catch-up
@@ -423,9 +418,11 @@ class InMemoryMemory:
     async def list_metadata(self, namespace: str) -> list[MetadataEntry]:
         async with self._lock:
             found = [
-                e for (ns, _), e in self._metadata.items() if ns == namespace and not e.deleted
+                stored
+                for (ns, _), stored in self._metadata.items()
+                if ns == namespace and not stored[0].deleted
             ]
-            return [_copy_entry(e) for e in sorted(found, key=lambda e: e.key)]
+            return [_copy_entry(stored) for stored in sorted(found, key=lambda s: s[0].key)]
 
     # -- leases -------------------------------------------------------------------------------
 
@@ -543,16 +540,13 @@ def _copies(messages: list[Message]) -> list[Message]:
     return [copy_message(m) for m in messages]
 
 
-def _copy_value(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A private copy of a metadata value, through JSON as the other backends store it."""
-    return None if value is None else load_value(dump_value(value))
+def _entry_copy(stored: tuple[MetadataEntry, str | None] | None) -> MetadataEntry | None:
+    return None if stored is None else _copy_entry(stored)
 
 
-def _entry_copy(entry: MetadataEntry | None) -> MetadataEntry | None:
-    return None if entry is None else _copy_entry(entry)
-
-
-def _copy_entry(entry: MetadataEntry) -> MetadataEntry:
-    """A private copy of a metadata entry: its value (JSON-clean, as it was saved) through JSON,
-    several times faster than a deep copy of a large summary record."""
-    return entry.model_copy(update={"value": _copy_value(entry.value)})
+def _copy_entry(stored: tuple[MetadataEntry, str | None]) -> MetadataEntry:
+    """A private copy of a stored metadata entry: its value parsed from the JSON text it was
+    saved as (a dump and a parse of a large summary record at every read cost three times
+    as much). A deleted entry, frozen and without a value, is shared."""
+    entry, text = stored
+    return entry if text is None else entry.model_copy(update={"value": load_value(text)})

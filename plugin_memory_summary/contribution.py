@@ -124,12 +124,22 @@ def summary_contribution(
     fit = _fit(view, state, pipeline, name)
     if fit.block_budget is None or fit.block_budget >= full[1]:
         return Contribution(id=name, anchor="context", content=full[0])
+    # Budgets rounded down to 32 tokens: a shrinking prompt reuses the same few blocks (found
+    # without reading the record again).
+    budget = fit.block_budget - fit.block_budget % 32
+    value = view.summary.value or {}
+    lang = value.get("lang")
+    known = tokens.cached_block(view.session_id, view.summary.version, budget)
+    if (
+        known is not None
+        and isinstance(lang, str)
+        and fit.block_budget >= tokens.framing_tokens(lang) + MIN_BLOCK_TEXT
+    ):
+        return Contribution(id=name, anchor="context", content=known[0])
     record = read_record(view.summary, view.epoch)
     if record is None:
         return None
     if fit.block_budget < tokens.framing_tokens(record.lang) + MIN_BLOCK_TEXT:
         return None
-    # Budgets rounded down to 32 tokens: a shrinking prompt reuses the same few blocks.
-    budget = fit.block_budget - fit.block_budget % 32
     block, _ = tokens.block(view.session_id, view.summary.version, record, budget)
     return Contribution(id=name, anchor="context", content=block)

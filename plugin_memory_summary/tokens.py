@@ -92,7 +92,13 @@ class TokenBook:
         return max(1000, int(window * 0.6) - 2 * budget - 1000)
 
     def cached_block(self, session_id: str, version: int, budget: int) -> tuple[str, int] | None:
-        return self._blocks.get((session_id, version, budget))
+        """The block :meth:`block` would give without rendering one (made for this budget, or
+        for a larger one and fitting this one too), else ``None``."""
+        key = (session_id, version, budget)
+        cached = self._blocks.get(key) or self._larger_that_fits(session_id, version, budget)
+        if cached is not None:
+            self._blocks[key] = cached
+        return cached
 
     def block(
         self, session_id: str, version: int, record: SummaryRecord, budget: int
@@ -100,11 +106,10 @@ class TokenBook:
         """The injected block for a record version and its tokens, cut to ``budget`` with the
         same counter that measures it; cached per version so the per-turn cost does not grow
         with anything."""
-        key = (session_id, version, budget)
-        cached = self._blocks.get(key) or self._larger_that_fits(session_id, version, budget)
+        cached = self.cached_block(session_id, version, budget)
         if cached is not None:
-            self._blocks[key] = cached
             return cached
+        key = (session_id, version, budget)
         wrap = functools.partial(wrap_summary_block, recall=self.recall)
         block = wrap(record.text, record.lang)
         tokens = self.count(block)

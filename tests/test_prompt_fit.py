@@ -7,17 +7,24 @@ from __future__ import annotations
 
 import functools
 import json
+from types import SimpleNamespace
+from typing import Any
 
+import pytest
 from plugin_harness import plugin_host
 
+from host_stub.hookspecs import PromptView
 from host_stub.messages import Message, ToolCall, ToolCallFunction, text_of, tool_groups
 from host_stub.prompt import apply_replacements
+from host_stub.services import MetadataEntry
 from host_stub.testing import FakeLLM, simple_count
+from plugin_memory_summary import contribution
 from plugin_memory_summary.config import MemorySummaryConfig, PayloadCaps
 from plugin_memory_summary.fitting import render_payload
-from plugin_memory_summary.prompt_fit import MESSAGE_OVERHEAD, fit_margin, fit_prompt
-from plugin_memory_summary.record import SummaryRecord, build_record
+from plugin_memory_summary.prompt_fit import MESSAGE_OVERHEAD, Fit, fit_margin, fit_prompt
+from plugin_memory_summary.record import SummaryRecord, build_record, dump_record
 from plugin_memory_summary.rules import rules_merge
+from plugin_memory_summary.state import SessionState
 from plugin_memory_summary.summary_model import Excerpt, SummaryPayload
 from plugin_memory_summary.tokens import TokenBook
 
@@ -192,6 +199,48 @@ def test_a_block_that_fits_a_smaller_budget_is_not_rendered_again() -> None:
     counted.clear()
     smaller, fewer = book.block("s", 1, record, tokens - 1)  # no longer fits: made anew
     assert fewer <= tokens - 1 and smaller != block and counted
+
+
+def test_a_smaller_block_already_made_is_given_without_reading_the_record_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A prompt near the window gets a smaller summary block at every call: once made for a
+    budget, the block is given again without parsing the record (a large record's parse took
+    a noticeable share of the call)."""
+    record = _record(
+        SummaryPayload(
+            summary="Messages #1-#90 summarized.",
+            excerpts=[
+                Excerpt(seq=i, part=1, speaker="User", text=f"I would like sentence {i} kept")
+                for i in range(1, 40)
+            ],
+        )
+    )
+    config = MemorySummaryConfig()
+    book = TokenBook(config, FakeLLM())
+    entry = MetadataEntry(namespace="summary", key="s", value=dump_record(record), version=1)
+    view = PromptView(
+        session_id="s", model="fake/chat", context_window=8000, messages=[], summary=entry
+    )
+    state = SessionState()
+    pipeline: Any = SimpleNamespace(config=config, tokens=book, prune_memo={})
+    reads: list[object] = []
+    real = contribution.read_record
+    monkeypatch.setattr(contribution, "read_record", lambda *a: reads.append(a) or real(*a))
+    full = contribution.summary_contribution(view, state, pipeline, "memory-summary")
+    assert full is not None
+    full_tokens = book.count(full.content)
+    key = (0, None, 1, 0, 8000)  # the view the fit below was computed for
+    budget = full_tokens // 2 - (full_tokens // 2) % 32
+    state.fit = (key, Fit({}, block_budget=budget + 5))
+    first = contribution.summary_contribution(view, state, pipeline, "memory-summary")
+    assert first is not None and book.count(first.content) <= budget and reads
+    reads.clear()
+    state.fit = (key, Fit({}, block_budget=budget + 9))  # the same budget once rounded
+    again = contribution.summary_contribution(view, state, pipeline, "memory-summary")
+    assert again == first and reads == []
+    state.fit = (key, Fit({}, block_budget=40))  # below the framing: no block, as before
+    assert contribution.summary_contribution(view, state, pipeline, "memory-summary") is None
 
 
 def test_identifiers_the_conversation_acted_on_take_most_of_the_summary() -> None:

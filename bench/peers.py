@@ -351,10 +351,10 @@ def instrument(host: Any, steps: list[float]) -> None:
 
         return wrapper
 
-    async def timed_send(name: str, /, **payload: Any) -> Any:
+    async def timed_send(name: str, /, *built: Any, **payload: Any) -> Any:
         if name in names:
-            return await timed(send)(name, **payload)
-        return await send(name, **payload)
+            return await timed(send)(name, *built, **payload)
+        return await send(name, *built, **payload)
 
     host.bus.send = timed_send
     host._collect_contributions = timed(collect)

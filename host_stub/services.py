@@ -332,8 +332,9 @@ class EventBusProtocol(Protocol):
         """Stop calling ``receiver``."""
         ...
 
-    async def send(self, name: str, /, **payload: Any) -> list[Any]:
-        """Validate ``payload`` against the signal's model and await every receiver."""
+    async def send(self, name: str, built: Any = None, /, **payload: Any) -> list[Any]:
+        """Validate ``payload`` against the signal's model and await every receiver; or send
+        ``built``, the signal's payload model made by the sender (not validated again)."""
         ...
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from .identifiers import extract_identifiers
+from .memo import remembered
 from .patterns import lazy_regex
 from .summary_model import Excerpt
 from .text import collapse_whitespace
@@ -63,6 +64,10 @@ def content_keys(text: str) -> dict[str, float]:
     """What a sentence says, as weighted keys: content words (lower-cased; a capitalised word
     inside the sentence counts as a name), numbers, identifiers, pairs of neighbouring content
     words (``"kayak|tromso"``), Chinese character pairs."""
+    return dict(_keys(text))
+
+
+def _content_keys(text: str) -> tuple[tuple[str, float], ...]:
     keys: dict[str, float] = {}
     order: list[tuple[int, str]] = []
     for match in _LATIN().finditer(text):
@@ -85,7 +90,10 @@ def content_keys(text: str) -> dict[str, float]:
     for run in _HAN().findall(text):
         for i in range(max(1, len(run) - 1)):
             keys.setdefault(run[i : i + 2], _W_HAN)
-    return keys
+    return tuple(keys.items())
+
+
+_keys = remembered(_content_keys)
 
 
 def split_long(sentence: str, max_chars: int) -> list[str]:

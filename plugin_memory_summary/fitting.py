@@ -12,6 +12,7 @@ from .summary_model import (
     InProgressTask,
     SummaryPayload,
     TimelineEvent,
+    copy_payload,
     group_sources,
     identifier_rank,
     sources_of,
@@ -432,7 +433,7 @@ def fit_to_budget(
     binary search over it takes about log2(length) counts. The result always fits, except when
     even the empty rendering does not (``count_tokens("") > budget_tokens``): then the empty
     payload is returned. Always terminates."""
-    base = payload.model_copy(deep=True)
+    base = copy_payload(payload)
     if count_tokens(render_payload(base, lang)) <= budget_tokens:
         return base
     states = _reduction_states(base)

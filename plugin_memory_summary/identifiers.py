@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .memo import remembered
 from .patterns import LazyRegex, lazy_regex
 
 if TYPE_CHECKING:
@@ -299,10 +300,17 @@ def extract_identifiers(text: str) -> list[str]:
     and ranges (``12000``, ``10-22``, ``3.14``, a JSON number under a key such as ``amount``),
     times (``06:00``), upper-case words that are shouting or constants (``RATES``), words with
     one trailing digit (``address1``) and counts with their unit (``7-day``)."""
+    return list(_identifiers(text))
+
+
+def _scan_identifiers(text: str) -> tuple[str, ...]:
     found: dict[str, None] = {}
     if text:
         _scan(text, _SCAN_ALL(), found)
-    return list(found)
+    return tuple(found)
+
+
+_identifiers = remembered(_scan_identifiers)
 
 
 def reads_as_number(identifier: str) -> bool:

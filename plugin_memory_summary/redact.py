@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .memo import remembered
 from .patterns import lazy_regex
 from .secret_patterns import BUILTIN_HINTS, BUILTIN_PATTERNS
 
@@ -252,10 +253,15 @@ class Redactor:
             for i, (name, p) in enumerate(named)
         ]
         self._timeout_s = timeout_s
+        #: Short texts' answers remembered: each compression scrubs the previous summary again.
+        self._remembered = remembered(self._redact)
 
     def redact(self, text: str) -> str:
         """``text`` with every match replaced by ``[REDACTED:<name>]`` (only the ``secret``
         group when a pattern has one). Raises :class:`RedactionError` on a pattern timeout."""
+        return self._remembered(text)
+
+    def _redact(self, text: str) -> str:
         folded: str | None = None
         for name, pattern in self.passes:
             if name in BUILTIN_HINTS:

@@ -24,6 +24,7 @@ from .summary_model import (
     Excerpt,
     InProgressTask,
     SummaryPayload,
+    copy_payload,
     group_sources,
     identifier_rank,
     source_tier,
@@ -240,7 +241,7 @@ def rules_merge(
       chosen again from the previous record and this batch on every merge, so the budget is
       used and a repeated fact is kept once.
     System messages and event markers are ignored."""
-    prev = previous.model_copy(deep=True) if previous is not None else SummaryPayload()
+    prev = copy_payload(previous) if previous is not None else SummaryPayload()
     turns = _digest(messages)
     if not turns:
         return fit_to_budget(apply_caps(prev, caps), budget_tokens, count_tokens, lang)

@@ -143,9 +143,10 @@ def tool_groups(messages: list[Message]) -> list[tuple[int, int, bool]]:
             end = i + 1
             while end < len(messages) and messages[end].role == "tool":
                 end += 1
-            wanted = sorted(c.id for c in m.tool_calls)
-            got = sorted(str(r.tool_call_id) for r in messages[i + 1 : end])
-            groups.append((i, end, wanted == got))
+            wanted = [c.id for c in m.tool_calls]
+            got = [str(r.tool_call_id) for r in messages[i + 1 : end]]
+            complete = len(wanted) == len(got) and (wanted == got or sorted(wanted) == sorted(got))
+            groups.append((i, end, complete))
             i = end
         else:
             i += 1

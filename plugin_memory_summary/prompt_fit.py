@@ -17,10 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from host_stub.messages import Message, text_of, tool_groups
+from host_stub.messages import Message, text_of
 
-from .decisions import conversation_messages
-from .pruning import cut_result, prune_replacements
+from .pruning import Grouped, cut_result, group, prune_replacements
 
 __all__ = ["MESSAGE_OVERHEAD", "Fit", "fit_margin", "fit_prompt", "short_placeholder"]
 
@@ -71,6 +70,7 @@ def fit_prompt(
     summarizer call); when it cannot, tier 1 stays as configured and the compression decides."""
     limit = window - fit_margin(window)
     counter = count_shown or (lambda _m, text: count_tokens(text) + MESSAGE_OVERHEAD)
+    grouped = group(messages)
 
     def prune(keep: int) -> dict[int, str]:
         return prune_replacements(
@@ -80,6 +80,7 @@ def fit_prompt(
             count_tokens=count_tokens,
             recall=recall,
             memo=memo,
+            grouped=grouped,
         )
 
     def shown(replacements: dict[int, str]) -> int:
@@ -90,7 +91,7 @@ def fit_prompt(
     target = limit if prune_to is None else min(limit, prune_to)
     if total <= target:
         return Fit(replacements)
-    groups = len(tool_groups(conversation_messages(messages)))
+    groups = len(grouped[1])
     if total <= limit:
         for keep in range(min(keep_tool_groups, groups) - 1, 0, -1):
             deeper = prune(keep)
@@ -115,7 +116,7 @@ def fit_prompt(
     if rest + floor <= limit:
         return Fit(replacements, limit - rest)
     replacements = _cut_newest(
-        messages, replacements, limit - floor - rest, count_tokens, counter, recall
+        grouped, replacements, limit - floor - rest, count_tokens, counter, recall
     )
     return Fit(replacements, max(0, min(block_tokens, limit - shown(replacements))))
 
@@ -141,7 +142,7 @@ def _shown_tokens(
 
 
 def _cut_newest(
-    messages: Sequence[Message],
+    grouped: Grouped,
     replacements: dict[int, str],
     over: int,
     count_tokens: Callable[[str], int],
@@ -153,8 +154,7 @@ def _cut_newest(
     be under ``_MIN_CUT`` tokens is shown as its pointer only."""
     if over >= 0:
         return replacements
-    conv = conversation_messages(messages)
-    groups = tool_groups(conv)
+    conv, groups = grouped
     if not groups:
         return replacements
     start, end, _ = groups[-1]

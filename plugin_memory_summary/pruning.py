@@ -21,8 +21,10 @@ from .decisions import conversation_messages
 from .text import collapse_whitespace, cut_text
 
 __all__ = [
+    "Grouped",
     "configured_replacements",
     "cut_result",
+    "group",
     "prune_replacements",
     "pruned_costs",
     "result_limit",
@@ -64,6 +66,17 @@ def result_limit(context_window: int, share: float) -> int:
     return max(64, int(context_window * share))
 
 
+#: A history's conversation messages and their tool-call groups (``tool_groups``).
+Grouped = tuple[list[Message], list[tuple[int, int, bool]]]
+
+
+def group(messages: Sequence[Message]) -> Grouped:
+    """``messages``' conversation messages and their tool-call groups, found once for all the
+    prunings of one prompt."""
+    conv = conversation_messages(messages)
+    return conv, tool_groups(conv)
+
+
 def prune_replacements(
     messages: Sequence[Message],
     *,
@@ -72,14 +85,15 @@ def prune_replacements(
     count_tokens: Callable[[str], int],
     recall: bool = True,
     memo: dict[tuple[object, ...], tuple[str, int]] | None = None,
+    grouped: Grouped | None = None,
 ) -> dict[int, str]:
     """What the prompt shows instead of some tool results, by seq: results of every tool-call
     group but the newest ``keep_tool_groups`` become a placeholder line (when that is shorter);
     a kept result over ``max_result_tokens`` is cut to about that many tokens with a note of what
     was left out. Calls stay whole and paired with their (shown) results. ``memo`` remembers
-    placeholder lines and their counts between calls (a message never changes)."""
-    conv = conversation_messages(messages)
-    groups = tool_groups(conv)
+    placeholder lines and their counts between calls (a message never changes). ``grouped``:
+    :func:`group` of ``messages``, when the caller has it (a fit prunes several times)."""
+    conv, groups = grouped if grouped is not None else group(messages)
     old = len(groups) - max(0, keep_tool_groups)
     out: dict[int, str] = {}
     for g, (start, end, _complete) in enumerate(groups):

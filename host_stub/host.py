@@ -86,7 +86,15 @@ class TurnResult:
 
 
 #: The store methods that change what a session's snapshot holds.
-_WRITES = ("append", "trim_history", "commit_compression", "clear", "delete_messages", "forget")
+_WRITES = (
+    "append",
+    "append_snapshot",
+    "trim_history",
+    "commit_compression",
+    "clear",
+    "delete_messages",
+    "forget",
+)
 
 
 class WriteCounter:
@@ -166,6 +174,10 @@ class Host:
         #: Per session, the last prompt the agent loop sent (see ``TokenUsage.reused_tokens``).
         self._last_sent: OrderedDict[str, SentPrompt] = OrderedDict()
         self._last_sent_chars = 0
+        #: Per session, the snapshot an append before a model call read with it (a store with
+        #: ``append_snapshot``), and the session's write count then: the prompt build takes it
+        #: when nothing wrote to the session since.
+        self._fresh: dict[str, tuple[int, Snapshot]] = {}
         self._started = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -429,7 +441,11 @@ class Host:
     ) -> tuple[Snapshot, list[dict[str, Any]], signals.TokenUsage, PromptView, dict[int, int]]:
         """:meth:`build_prompt`, and the token counts the history's messages carry, by the id of
         the message sent (see :func:`~host_stub.prompt.assemble_prompt`)."""
-        snap = await self.memory.snapshot(session_id)
+        fresh = self._fresh.pop(session_id, None)
+        if fresh is not None and fresh[0] == self._writes.of(session_id):
+            snap = fresh[1]
+        else:
+            snap = await self.memory.snapshot(session_id)
         history, repaired = sanitize_tool_pairs([m for m in snap.messages if not m.is_marker])
         if repaired:
             log.warning(
@@ -566,6 +582,21 @@ class Host:
             _, evicted = self._last_sent.popitem(last=False)
             self._last_sent_chars -= evicted.chars
 
+    async def _append(
+        self, session_id: str, messages: Sequence[Message], *, call_follows: bool
+    ) -> list[Message]:
+        """Store ``messages``; when a model call follows and the store can, read the snapshot
+        the call's prompt needs in the same transaction (one round trip instead of two; see
+        :class:`~host_stub.services.SnapshotOnAppend`)."""
+        fused = getattr(self.memory, "append_snapshot", None) if call_follows else None
+        if fused is None:
+            return await self.memory.append(session_id, messages)
+        writes = self._writes.of(session_id)
+        stored, snap = await fused(session_id, messages)
+        if self._writes.of(session_id) == writes + 1:  # nothing else wrote meanwhile
+            self._fresh[session_id] = (writes + 1, snap)
+        return stored
+
     # -- turns -------------------------------------------------------------------------------
     async def run_turn(
         self,
@@ -593,7 +624,8 @@ class Host:
         for message in [*inputs, *(recorded or [])]:
             check_message(message, limit)
         result = TurnResult(session_id=session_id, outcome="silent")
-        stored = await self.memory.append(session_id, inputs)
+        call_follows = recorded is None or (bool(recorded) and recorded[0].role == "assistant")
+        stored = await self._append(session_id, inputs, call_follows=call_follows)
         result.messages.extend(stored)
         user_message = next((m for m in reversed(stored) if m.role == "user"), None)
         try:
@@ -615,6 +647,7 @@ class Host:
     async def _turn_after(
         self, session_id: str, user_message: Message | None, result: TurnResult
     ) -> None:
+        self._fresh.pop(session_id, None)  # read for a call the turn did not make
         await self.bus.send(
             signals.AGENT_TURN_AFTER,
             session_id=session_id,
@@ -641,7 +674,8 @@ class Host:
             else:
                 batch = [recorded[i]]
                 i += 1
-            stored = await self.memory.append(session_id, batch)
+            call_follows = i < len(recorded) and recorded[i].role == "assistant"
+            stored = await self._append(session_id, batch, call_follows=call_follows)
             result.messages.extend(stored)
             if stored[0].role == "assistant":
                 result.reply = stored[0]
@@ -656,7 +690,8 @@ class Host:
         on_delta: Callable[[str], Any] | None,
     ) -> None:
         defs = self.tools.definitions() or None
-        for _ in range(self.config.host.max_tool_iterations):
+        iterations = self.config.host.max_tool_iterations
+        for iteration in range(iterations):
             prompt = await self._prepare_call(session_id, result)
             completion = await self._call_model(prompt, defs, stream=stream, on_delta=on_delta)
             self._observe_usage(result.usage[-1], completion)
@@ -695,7 +730,10 @@ class Host:
                         metadata={"is_error": True} if is_error else {},
                     )
                 )
-            result.messages.extend(await self.memory.append(session_id, outputs))
+            call_follows = iteration + 1 < iterations
+            result.messages.extend(
+                await self._append(session_id, outputs, call_follows=call_follows)
+            )
 
     async def _call_model(
         self,

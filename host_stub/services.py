@@ -27,6 +27,7 @@ __all__ = [
     "MessageArchiveService",
     "MetadataEntry",
     "SearchHit",
+    "SnapshotOnAppend",
     "SessionInfo",
     "Snapshot",
     "SUMMARY_NAMESPACE",
@@ -252,6 +253,21 @@ class MemoryService(Protocol):
 
     async def close(self) -> None:
         """Release connections; the service is unusable afterwards."""
+        ...
+
+
+@runtime_checkable
+class SnapshotOnAppend(Protocol):
+    """What a store may add to :class:`MemoryService` (optional): an append and a snapshot of
+    what it left, in one transaction and one round trip. A host reads a snapshot right after it
+    stores what comes before a model call (the user's message, the tools' results); a store
+    that has this method saves it a second trip (SQLite: a worker-thread hop)."""
+
+    async def append_snapshot(
+        self, session_id: str, messages: Sequence[Message], namespace: str = SUMMARY_NAMESPACE
+    ) -> tuple[list[Message], Snapshot]:
+        """``append(session_id, messages)``, then ``snapshot(session_id, namespace)`` of the
+        session as that append left it."""
         ...
 
 

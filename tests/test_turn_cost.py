@@ -57,6 +57,12 @@ class CountingMemory(InMemoryMemory):
         self.snapshots += 1
         return await super().snapshot(session_id, namespace)
 
+    async def append_snapshot(
+        self, session_id: str, messages: Any, namespace: str = "summary"
+    ) -> Any:
+        self.snapshots += 1  # one read, with the append
+        return await super().append_snapshot(session_id, messages, namespace)
+
 
 class Trimmer:
     """A plugin that archives the oldest messages before every model call, as a blocking
@@ -85,6 +91,58 @@ async def test_one_snapshot_per_model_call_when_nothing_changed() -> None:
             assert result.outcome == "replied"
             assert memory.snapshots - before == 1
             assert not any(u.rebuilt for u in result.usage)
+
+
+async def test_a_sqlite_turn_reads_each_prompt_with_the_append_before_it(tmp_path: Path) -> None:
+    """What a turn stores before a model call (the user's message, a tool's result) and the
+    snapshot that call's prompt needs are one transaction (one worker-thread hop, not two); the
+    last reply, after which no call comes, is stored alone; the prompts are what separate reads
+    would have built."""
+    from host_stub.messages import ToolCall, ToolCallFunction
+
+    call = ToolCall(id="c1", function=ToolCallFunction(name="lookup", arguments="{}"))
+    recorded = [
+        Message(role="assistant", tool_calls=[call]),
+        Message(role="tool", tool_call_id="c1", content="HAT123 is on time"),
+        Message(role="assistant", content="It is on time."),
+    ]
+    prompts = []
+    for fused in (True, False):
+        memory = SQLiteMemory(str(tmp_path / f"{fused}.db"), lambda m: 3)
+        if not fused:  # the same store without the method: separate reads
+            memory.append_snapshot = None  # type: ignore[method-assign,assignment]
+        statements: list[str] = []
+        async with Host(NO_ENTRY_POINTS, memory=memory, llm=FakeLLM(default="ok")) as host:
+            await host.run_turn("s", "hello", recorded=recorded)  # opens the file
+            await memory.set_trace_callback(statements.append)
+            result = await host.run_turn("s", "is my flight on time?", recorded=recorded)
+        transactions = [s for s in statements if s.startswith("BEGIN")]
+        assert len(transactions) == (3 if fused else 5), transactions
+        assert result.outcome == "replied" and len(result.sent) == 2
+        prompts.append(result.sent)
+    assert prompts[0] == prompts[1]
+
+
+async def test_a_write_after_the_append_is_read_again() -> None:
+    """The snapshot read with an append is used only when nothing else wrote to the session
+    since the append began: a write that lands meanwhile (a compression committed by another
+    task of the host) sends the prompt's build back to the store."""
+    memory = CountingMemory()
+    async with Host(NO_ENTRY_POINTS, memory=memory, llm=FakeLLM(default="ok")) as host:
+        await host.run_turn("s", "q0", recorded=[Message(role="assistant", content="a0")])
+        real = memory.append_snapshot
+
+        async def then_trim(session_id: str, messages: Any, namespace: str = "summary") -> Any:
+            out = await real(session_id, messages, namespace)
+            await memory.trim_history(session_id, keep_recent=1)  # a write in between
+            return out
+
+        memory.append_snapshot = then_trim  # type: ignore[method-assign]
+        before = memory.snapshots
+        result = await host.run_turn("s", "q1", recorded=[Message(role="assistant", content="a1")])
+        assert memory.snapshots - before == 2  # the fused read, then a fresh one
+        sent = [m["content"] for m in result.sent[-1] if m["role"] != "system"]
+        assert sent == ["q1"]
 
 
 class Summary:

@@ -203,21 +203,34 @@ class InMemoryMemory:
             return []
         counted = [(m, tokens_of(m, self._count)) for m in messages]
         async with self._lock:
-            session = self._session(session_id)
-            now = time.time()
-            out: list[Message] = []
-            for message, tokens in counted:
-                session.last_seq += 1
-                # In its JSON form, as the SQL backends store it, so all accept the same input.
-                stored = stored_message(
-                    message, seq=session.last_seq, epoch=session.epoch, tokens=tokens
-                )
-                session.messages[stored.seq] = stored  # type: ignore[index]
-                session.pending[session.last_seq] = now  # indexed by the next catch-up
-                session.active[stored.seq] = stored  # type: ignore[index]
-                out.append(copy_message(stored))
-            session.updated_at = now
-            return out
+            return self._append(session_id, counted)
+
+    async def append_snapshot(
+        self, session_id: str, messages: Sequence[Message], namespace: str = SUMMARY_NAMESPACE
+    ) -> tuple[list[Message], Snapshot]:
+        check_session_id(session_id)
+        counted = [(m, tokens_of(m, self._count)) for m in messages]
+        async with self._lock:
+            out = self._append(session_id, counted) if counted else []
+            return out, self._snapshot(session_id, namespace)
+
+    def _append(self, session_id: str, counted: list[tuple[Message, int]]) -> list[Message]:
+        """With the lock held: store ``counted`` (messages and their tokens)."""
+        session = self._session(session_id)
+        now = time.time()
+        out: list[Message] = []
+        for message, tokens in counted:
+            session.last_seq += 1
+            # In its JSON form, as the SQL backends store it, so all accept the same input.
+            stored = stored_message(
+                message, seq=session.last_seq, epoch=session.epoch, tokens=tokens
+            )
+            session.messages[stored.seq] = stored  # type: ignore[index]
+            session.pending[session.last_seq] = now  # indexed by the next catch-up
+            session.active[stored.seq] = stored  # type: ignore[index]
+            out.append(copy_message(stored))
+        session.updated_at = now
+        return out
 
     async def get_history(self, session_id: str, limit: int | None = None) -> list[Message]:
         check_limit(limit)
@@ -241,13 +254,16 @@ class InMemoryMemory:
 
     async def snapshot(self, session_id: str, namespace: str = SUMMARY_NAMESPACE) -> Snapshot:
         async with self._lock:
-            session = self._sessions.get(session_id)
-            return Snapshot(
-                session_id=session_id,
-                epoch=session.epoch if session else 0,
-                messages=_copies(self._active(session_id)),
-                record=_entry_copy(self._metadata.get((namespace, session_id))),
-            )
+            return self._snapshot(session_id, namespace)
+
+    def _snapshot(self, session_id: str, namespace: str) -> Snapshot:
+        session = self._sessions.get(session_id)
+        return Snapshot(
+            session_id=session_id,
+            epoch=session.epoch if session else 0,
+            messages=_copies(self._active(session_id)),
+            record=_entry_copy(self._metadata.get((namespace, session_id))),
+        )
 
     async def search(
         self, session_id: str, query: str, *, role: str | None = None, limit: int = 10

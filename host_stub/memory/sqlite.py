@@ -213,6 +213,10 @@ _METADATA_COLUMNS = "namespace, key, value, version, deleted, updated_at"
 
 _T = TypeVar("_T")
 _Row = tuple[Any, ...]
+#: What an append writes of one message: ``(role, kind, body, tokens)``.
+_Given = tuple[str, str, str, int]
+#: What a snapshot reads: the active rows, the record's row (if any), the epoch.
+_SnapshotRows = tuple[list[_Row], "_Row | None", int]
 #: A transaction's body: runs in the worker thread, between ``BEGIN`` and ``COMMIT``.
 _Job = Callable[[sqlite3.Connection], _T]
 #: A ``sqlite3`` trace callback: gets each statement's SQL before it runs.
@@ -395,47 +399,39 @@ class SQLiteMemory:
         check_session_id(session_id)
         if not messages:
             return []
-        given = [(m.role, m.kind, body_of(m), tokens_of(m, self._count)) for m in messages]
-        # The copies handed back, built (and validated) before anything is written; the store
-        # fills in their seq and epoch.
+        given, out = self._given(messages)
+        epoch, last_seq = await self._call(
+            lambda db: _append_rows(db, session_id, given), write=True
+        )
+        return _numbered(out, epoch, last_seq)
+
+    async def append_snapshot(
+        self, session_id: str, messages: Sequence[Message], namespace: str = SUMMARY_NAMESPACE
+    ) -> tuple[list[Message], Snapshot]:
+        check_session_id(session_id)
+        given, out = self._given(messages)
+
+        def job(db: sqlite3.Connection) -> tuple[tuple[int, int], _SnapshotRows]:
+            numbers = _append_rows(db, session_id, given) if given else (0, 0)
+            return numbers, _snapshot_rows(db, session_id, namespace)
+
+        (epoch, last_seq), rows = await self._call(job, write=bool(given))
+        return _numbered(out, epoch, last_seq), self._snapshot(session_id, rows)
+
+    def _given(self, messages: Sequence[Message]) -> tuple[list[_Given], list[Message]]:
+        """What an append writes (role, kind, body, tokens per message) and the copies it hands
+        back, built (and validated) before anything is written; the store fills in their seq
+        and epoch."""
+        given: list[_Given] = [
+            (m.role, m.kind, body_of(m), tokens_of(m, self._count)) for m in messages
+        ]
         out = [
             message_from_row(
                 role=role, kind=kind, body=body, seq=0, epoch=0, tokens=tokens, archived=None
             )
             for role, kind, body, tokens in given
         ]
-
-        def job(db: sqlite3.Connection) -> tuple[int, int]:
-            now = time.time()
-            db.execute(
-                "INSERT OR IGNORE INTO sessions (session_id, epoch, last_seq, updated_at)"
-                " VALUES (?, 0, 0, ?)",
-                (session_id, now),
-            )
-            row = _one(
-                db, "SELECT epoch, last_seq FROM sessions WHERE session_id = ?", (session_id,)
-            )
-            assert row is not None
-            epoch, last_seq = row
-            db.executemany(
-                "INSERT INTO messages (session_id, seq, epoch, role, kind, body, tokens,"
-                " archived, archived_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?)",
-                [
-                    (session_id, last_seq + i, epoch, role, kind, body, tokens, now)
-                    for i, (role, kind, body, tokens) in enumerate(given, 1)
-                ],
-            )
-            db.execute(
-                "UPDATE sessions SET last_seq = ?, updated_at = ? WHERE session_id = ?",
-                (last_seq + len(given), now, session_id),
-            )
-            return epoch, last_seq  # indexed by the next catch-up (a search, an archive)
-
-        epoch, last_seq = await self._call(job, write=True)
-        for i, message in enumerate(out, 1):
-            message.seq = last_seq + i
-            message.epoch = epoch
-        return out
+        return given, out
 
     async def get_history(self, session_id: str, limit: int | None = None) -> list[Message]:
         check_limit(limit)
@@ -455,14 +451,11 @@ class SQLiteMemory:
         return _messages(rows)
 
     async def snapshot(self, session_id: str, namespace: str = SUMMARY_NAMESPACE) -> Snapshot:
-        def job(db: sqlite3.Connection) -> tuple[list[_Row], _Row | None, int]:
-            return (
-                message_rows(db, session_id, archived=False),
-                _metadata_row(db, namespace, session_id),
-                _epoch(db, session_id),
-            )
+        rows = await self._call(lambda db: _snapshot_rows(db, session_id, namespace), write=False)
+        return self._snapshot(session_id, rows)
 
-        rows, record, epoch = await self._call(job, write=False)
+    def _snapshot(self, session_id: str, read: _SnapshotRows) -> Snapshot:
+        rows, record, epoch = read
         return Snapshot(
             session_id=session_id,
             epoch=epoch,
@@ -843,6 +836,51 @@ def _archive(
         [(reason, now, session_id, seq) for seq in seqs],
     )
     db.execute("UPDATE sessions SET updated_at = ? WHERE session_id = ?", (now, session_id))
+
+
+def _append_rows(db: sqlite3.Connection, session_id: str, given: list[_Given]) -> tuple[int, int]:
+    """Inside a write transaction: store ``given`` after the session's last message (creating
+    the session); return its epoch and the seq before them. The search index waits for the
+    next catch-up (a search, an archive)."""
+    now = time.time()
+    db.execute(
+        "INSERT OR IGNORE INTO sessions (session_id, epoch, last_seq, updated_at)"
+        " VALUES (?, 0, 0, ?)",
+        (session_id, now),
+    )
+    row = _one(db, "SELECT epoch, last_seq FROM sessions WHERE session_id = ?", (session_id,))
+    assert row is not None
+    epoch, last_seq = row
+    db.executemany(
+        "INSERT INTO messages (session_id, seq, epoch, role, kind, body, tokens,"
+        " archived, archived_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?)",
+        [
+            (session_id, last_seq + i, epoch, role, kind, body, tokens, now)
+            for i, (role, kind, body, tokens) in enumerate(given, 1)
+        ],
+    )
+    db.execute(
+        "UPDATE sessions SET last_seq = ?, updated_at = ? WHERE session_id = ?",
+        (last_seq + len(given), now, session_id),
+    )
+    return epoch, last_seq
+
+
+def _numbered(out: list[Message], epoch: int, last_seq: int) -> list[Message]:
+    """The copies an append hands back, with the seqs and epoch it got."""
+    for i, message in enumerate(out, 1):
+        message.seq = last_seq + i
+        message.epoch = epoch
+    return out
+
+
+def _snapshot_rows(db: sqlite3.Connection, session_id: str, namespace: str) -> _SnapshotRows:
+    """A snapshot's reads: the active rows, the record's row, the epoch."""
+    return (
+        message_rows(db, session_id, archived=False),
+        _metadata_row(db, namespace, session_id),
+        _epoch(db, session_id),
+    )
 
 
 def message_rows(

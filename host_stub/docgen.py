@@ -80,6 +80,11 @@ SERVICE_PROTOCOLS: dict[str, type] = {
     "message-archive": services.MessageArchiveService,
 }
 
+#: Methods a service may add, which the host uses when they are there: service -> Protocol.
+OPTIONAL_PROTOCOLS: dict[str, type] = {
+    "memory": services.SnapshotOnAppend,
+}
+
 #: Protocol attributes cannot carry a docstring; their description lives here.
 SERVICE_FALLBACK_DOCS: dict[tuple[str, str], str] = {
     ("llm", "default_model"): "The host's default model (`None` when it has none).",
@@ -277,9 +282,20 @@ def _signature(func: Callable[..., Any]) -> str:
     return f"{prefix}{func.__name__}({', '.join(parts)})" + (f" -> {returns}" if returns else "")
 
 
+def service_protocols() -> list[tuple[str, type, bool]]:
+    """Each service's Protocol, then the optional one it may add: ``(service, Protocol,
+    optional)``, in the table's order."""
+    out: list[tuple[str, type, bool]] = []
+    for service, protocol in SERVICE_PROTOCOLS.items():
+        out.append((service, protocol, False))
+        if service in OPTIONAL_PROTOCOLS:
+            out.append((service, OPTIONAL_PROTOCOLS[service], True))
+    return out
+
+
 def render_services() -> str:
     rows = []
-    for service, protocol in SERVICE_PROTOCOLS.items():
+    for service, protocol, optional in service_protocols():
         for name, func in protocol_members(protocol):
             if func is None:
                 sig = f"{name}: {protocol.__annotations__[name]}"
@@ -288,6 +304,8 @@ def render_services() -> str:
                 sig = _signature(func)
                 doc = summary_line(func)
             doc = doc or SERVICE_FALLBACK_DOCS.get((service, name), NONE)
+            if optional and doc != NONE:
+                doc = f"Optional: {doc[0].lower()}{doc[1:]}"
             rows.append(
                 [_code(service), _code(sig), doc, AALIS_SERVICES.get((service, name), NONE)]
             )

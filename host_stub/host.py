@@ -128,6 +128,20 @@ class WriteCounter:
         return self.counts.get(session_id, 0)
 
 
+def reads_with_append(store: Any) -> bool:
+    """Whether the host may store and read in one call (``append_snapshot``, see
+    :class:`~host_stub.services.SnapshotOnAppend`): the store's class defines it at least as
+    far down its hierarchy as ``append``. A subclass or a wrapper that changes ``append`` (to
+    log, to filter) without it keeps every append going through its own ``append``."""
+    mro = type(store).__mro__
+
+    def definer(name: str) -> type | None:
+        return next((k for k in mro if name in vars(k)), None)
+
+    fused, plain = definer("append_snapshot"), definer("append")
+    return fused is not None and plain is not None and issubclass(fused, plain)
+
+
 def snapshot_key(snap: Snapshot) -> tuple[Any, ...]:
     """What identifies the history a prompt was built from: a clear changes the epoch, a
     compression the record's version, a trim the number of active messages (the first seq alone
@@ -178,6 +192,8 @@ class Host:
         #: ``append_snapshot``), and the session's write count then: the prompt build takes it
         #: when nothing wrote to the session since.
         self._fresh: dict[str, tuple[int, Snapshot]] = {}
+        #: Whether the store reads a snapshot with an append (``reads_with_append``).
+        self._fuses: bool | None = None
         self._started = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -588,11 +604,12 @@ class Host:
         """Store ``messages``; when a model call follows and the store can, read the snapshot
         the call's prompt needs in the same transaction (one round trip instead of two; see
         :class:`~host_stub.services.SnapshotOnAppend`)."""
-        fused = getattr(self.memory, "append_snapshot", None) if call_follows else None
-        if fused is None:
+        if self._fuses is None:
+            self._fuses = reads_with_append(self.memory)
+        if not (call_follows and self._fuses):
             return await self.memory.append(session_id, messages)
         writes = self._writes.of(session_id)
-        stored, snap = await fused(session_id, messages)
+        stored, snap = await self.memory.append_snapshot(session_id, messages)  # type: ignore[attr-defined]
         if self._writes.of(session_id) == writes + 1:  # nothing else wrote meanwhile
             self._fresh[session_id] = (writes + 1, snap)
         return stored

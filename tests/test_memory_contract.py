@@ -35,7 +35,7 @@ import pytest
 from host_stub.memory import InMemoryMemory, SQLiteMemory, open_memory
 from host_stub.memory.sqlite import SCHEMA_VERSION
 from host_stub.messages import Message, ToolCall, ToolCallFunction, text_of
-from host_stub.services import LeaseLost, LeaseToken, MemoryService
+from host_stub.services import LeaseLost, LeaseToken, MemoryService, Snapshot, SnapshotOnAppend
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -265,6 +265,43 @@ async def test_append_assigns_seq_epoch_and_tokens(memory: MemoryService) -> Non
     assert seqs_of(other) == [1]
     assert await memory.append("s", []) == []
     assert seqs_of(await memory.get_history("s")) == [1, 2, 3]
+
+
+async def test_append_snapshot_is_an_append_then_a_snapshot(memory: MemoryService) -> None:
+    """A store with the optional ``append_snapshot`` gives what ``append`` then ``snapshot``
+    give on a twin session fed the same calls: the same messages back and the same snapshot,
+    an empty append included (a read alone), across a compression and a clear."""
+    if not isinstance(memory, SnapshotOnAppend):
+        pytest.skip("this backend has no append_snapshot (optional)")
+    call = ToolCall(id="c1", function=ToolCallFunction(name="lookup", arguments="{}"))
+    steps: list[list[Message]] = [
+        [user("hello"), assistant("hi")],
+        [],
+        [
+            Message(role="assistant", tool_calls=[call]),
+            Message(role="tool", tool_call_id="c1", content="ok"),
+        ],
+        [user("again")],
+    ]
+
+    def same(snap: Snapshot) -> dict[str, object]:
+        record = snap.record
+        return {
+            "epoch": snap.epoch,
+            "messages": [m.model_dump() for m in snap.messages],
+            "record": None if record is None else (record.value, record.version, record.deleted),
+        }
+
+    for i, batch in enumerate(steps):
+        got, snap = await memory.append_snapshot("fused", batch)
+        want = await memory.append("plain", batch)
+        assert got == want and same(snap) == same(await memory.snapshot("plain"))
+        if i == 1:
+            for session in ("fused", "plain"):
+                assert await memory.commit_compression(session, {"summary": "s"}, 0, 1, epoch=0)
+        if i == 2:
+            for session in ("fused", "plain"):
+                await memory.clear(session)
 
 
 async def test_append_ignores_store_fields_given_by_caller(memory: MemoryService) -> None:

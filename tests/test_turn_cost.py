@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from host_stub.config import HostConfig
 from host_stub.hookspecs import PromptView, hookimpl
-from host_stub.host import Host
+from host_stub.host import Host, reads_with_append
 from host_stub.memory import sqlite as sqlite_store
 from host_stub.memory.inmemory import InMemoryMemory
 from host_stub.memory.sqlite import SQLiteMemory
@@ -93,6 +93,12 @@ async def test_one_snapshot_per_model_call_when_nothing_changed() -> None:
             assert not any(u.rebuilt for u in result.usage)
 
 
+class PlainAppends(SQLiteMemory):
+    """The SQLite store as one that changes ``append`` sees it: the host never fuses."""
+
+    append = SQLiteMemory.append
+
+
 async def test_a_sqlite_turn_reads_each_prompt_with_the_append_before_it(tmp_path: Path) -> None:
     """What a turn stores before a model call (the user's message, a tool's result) and the
     snapshot that call's prompt needs are one transaction (one worker-thread hop, not two); the
@@ -108,9 +114,8 @@ async def test_a_sqlite_turn_reads_each_prompt_with_the_append_before_it(tmp_pat
     ]
     prompts = []
     for fused in (True, False):
-        memory = SQLiteMemory(str(tmp_path / f"{fused}.db"), lambda m: 3)
-        if not fused:  # the same store without the method: separate reads
-            memory.append_snapshot = None  # type: ignore[method-assign,assignment]
+        store = SQLiteMemory if fused else PlainAppends  # separate reads
+        memory = store(str(tmp_path / f"{fused}.db"), lambda m: 3)
         statements: list[str] = []
         async with Host(NO_ENTRY_POINTS, memory=memory, llm=FakeLLM(default="ok")) as host:
             await host.run_turn("s", "hello", recorded=recorded)  # opens the file
@@ -121,6 +126,40 @@ async def test_a_sqlite_turn_reads_each_prompt_with_the_append_before_it(tmp_pat
         assert result.outcome == "replied" and len(result.sent) == 2
         prompts.append(result.sent)
     assert prompts[0] == prompts[1]
+
+
+async def test_a_store_that_changes_append_keeps_every_append_its_own() -> None:
+    """A subclass or a wrapper of a store that changes ``append`` (to log it) without
+    ``append_snapshot`` sees every message the host stores go through its ``append``; the
+    stores themselves, and a subclass that changes both, read with the append."""
+
+    class Logging(InMemoryMemory):
+        def __init__(self) -> None:
+            super().__init__(token_counter=lambda m: 5)
+            self.logged: list[int | None] = []
+
+        async def append(self, session_id: str, messages: Any) -> list[Message]:
+            out = await super().append(session_id, messages)
+            self.logged += [m.seq for m in out]
+            return out
+
+    class Wrapper:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    assert reads_with_append(InMemoryMemory(token_counter=lambda m: 1))
+    assert reads_with_append(SQLiteMemory(":memory:", lambda m: 1))
+    assert reads_with_append(CountingMemory())
+    assert not reads_with_append(Logging())
+    assert not reads_with_append(Wrapper(InMemoryMemory(token_counter=lambda m: 1)))
+    memory = Logging()
+    async with Host(NO_ENTRY_POINTS, memory=memory, llm=FakeLLM(default="ok")) as host:
+        for i in range(2):
+            await host.run_turn("s", f"q{i}", recorded=[Message(role="assistant", content="a")])
+    assert memory.logged == [1, 2, 3, 4]
 
 
 async def test_a_write_after_the_append_is_read_again() -> None:

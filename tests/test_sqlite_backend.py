@@ -137,20 +137,25 @@ def stored(path: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
 # -- one hop per call ------------------------------------------------------------------------------
 
 
-async def test_every_call_is_one_thread_hop(memory: SQLiteMemory) -> None:
+async def test_every_call_is_one_thread_hop_or_none(memory: SQLiteMemory) -> None:
+    """Each call is one transaction and at most one hop to the worker thread; a turn's short
+    calls (append, snapshot, the two together) run on the event loop's thread, no hop, once the
+    connection is open and free."""
     # The first call opens the file and creates the schema in the same hop.
     assert (await hops(lambda: memory.get_epoch("warm-up")))[0] == 1
 
     n, out = await hops(lambda: memory.append(SESSION, [user(f"m{i}") for i in range(100)]))
-    assert n == 1 and [m.seq for m in out] == list(range(1, 101))
+    assert n == 0 and [m.seq for m in out] == list(range(1, 101))
     n, snap = await hops(lambda: memory.snapshot(SESSION))
-    assert n == 1 and len(snap.messages) == 100 and snap.record is None
+    assert n == 0 and len(snap.messages) == 100 and snap.record is None
+    n, (out, snap) = await hops(lambda: memory.append_snapshot(SESSION, [user("m101")]))
+    assert n == 0 and out[0].seq == 101 and snap.last_seq == 101
     n, won = await hops(lambda: memory.commit_compression(SESSION, {"text": "S"}, 0, 40, epoch=0))
     assert n == 1 and won is True
     n, won = await hops(lambda: memory.commit_compression(SESSION, {"text": "S"}, 0, 50, epoch=0))
     assert n == 1 and won is False  # a lost compare-and-set is one hop too
     n, snap = await hops(lambda: memory.snapshot(SESSION))
-    assert n == 1 and snap.first_seq == 41 and snap.record is not None
+    assert n == 0 and snap.first_seq == 41 and snap.record is not None
     n, lease = await hops(lambda: memory.acquire_lease("compress:s", 5.0))
     assert n == 1 and lease is not None
     n, refused = await hops(lambda: memory.acquire_lease("compress:s", 5.0))
@@ -174,6 +179,73 @@ async def test_every_call_is_one_thread_hop(memory: SQLiteMemory) -> None:
     ]
     for call in others:
         assert (await hops(call))[0] == 1
+
+
+async def test_a_short_call_never_waits_on_the_event_loop_for_another_connection(
+    memory: SQLiteMemory, tmp_path: Path
+) -> None:
+    """While another connection (another process) holds the write lock, an append does not
+    wait on the event loop's thread: it goes to the worker, which waits there, and the loop
+    runs on; it lands once the lock is free, nothing written twice."""
+    await memory.append(SESSION, [user("first")])  # opens the file
+    other = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with counting_hops() as count:
+            task = asyncio.create_task(memory.append(SESSION, [user("second")]))
+            ticks = 0
+            for _ in range(10):
+                await asyncio.sleep(0.01)
+                ticks += 1
+            assert not task.done() and ticks == 10  # the loop ran on
+            other.execute("COMMIT")
+            out = await asyncio.wait_for(task, 10)
+        assert count[0] == 1 and [m.seq for m in out] == [2]
+    finally:
+        if other.in_transaction:
+            other.execute("ROLLBACK")
+        other.close()
+    snap = await memory.snapshot(SESSION)
+    assert [m.content for m in snap.messages] == ["first", "second"]
+
+
+async def test_a_short_call_waits_for_the_worker_when_it_holds_the_connection(
+    memory: SQLiteMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A short call made while the worker is inside a transaction never runs beside it on the
+    same connection: it queues behind it, in the worker, and sees what that one committed."""
+    await memory.append(SESSION, [user(f"m{i}") for i in range(6)])
+    inside, release = threading.Event(), threading.Event()
+    catch_up = sqlite_backend._catch_up  # noqa: SLF001
+
+    def held(db: sqlite3.Connection, session_id: str) -> None:
+        inside.set()
+        release.wait(10)
+        catch_up(db, session_id)
+
+    monkeypatch.setattr(sqlite_backend, "_catch_up", held)
+    task = asyncio.create_task(memory.commit_compression(SESSION, {"text": "S"}, 0, 4, epoch=0))
+    await asyncio.to_thread(inside.wait, 10)
+    with counting_hops() as count:
+        append = asyncio.create_task(memory.append(SESSION, [user("late")]))
+        await asyncio.sleep(0.05)
+        assert not append.done()  # waiting for the connection, not running beside the commit
+        release.set()
+        assert await task is True
+        [late] = await append
+    assert late.seq == 7 and count[0] >= 1
+    snap = await memory.snapshot(SESSION)
+    assert snap.first_seq == 5 and snap.record is not None
+
+
+async def test_with_a_trace_callback_every_call_runs_in_the_worker(
+    traced: tuple[SQLiteMemory, Trace],
+) -> None:
+    memory, trace = traced
+    await memory.append_snapshot(SESSION, [user("a")])
+    await memory.snapshot(SESSION)
+    threads = {thread for _, thread in trace.statements}
+    assert trace.statements and threading.current_thread() not in threads
 
 
 async def test_a_call_runs_its_statements_in_one_transaction_in_the_worker_thread(

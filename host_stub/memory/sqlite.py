@@ -65,6 +65,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -253,19 +254,58 @@ class SQLiteMemory:
         self._trace: TraceCallback | None = None
         #: The active rows of recently read sessions, decoded (on the event loop's side).
         self._decoded = DecodedRows()
+        #: Held by whoever uses the connection: the worker thread for each of its jobs, the
+        #: event loop's thread for a short transaction it runs itself (see ``_call``).
+        self._in_use = threading.Lock()
 
     # -- the worker thread --------------------------------------------------------------------
 
-    async def _call(self, job: _Job[_T], *, write: bool) -> _T:
-        """Run ``job`` as one transaction in the worker thread (one hop); return its result."""
+    async def _call(self, job: _Job[_T], *, write: bool, short: bool = False) -> _T:
+        """Run ``job`` as one transaction in the worker thread (one hop); return its result.
+
+        ``short``: a transaction of a few statements on a turn's path (an append, a snapshot).
+        It runs on the event loop's thread, which a hop to the worker and back cost several
+        times over, when the connection is open and free at once and no other process holds
+        the write lock (it never waits for one: the busy timeout is 0 meanwhile); otherwise, or
+        when a trace callback is installed, it goes to the worker as any job."""
+        if short and self._trace is None and self._in_use.acquire(blocking=False):
+            try:
+                db = self._db
+                if db is not None and not self._closed:
+                    return self._at_once(db, job, write)
+            except _Busy:
+                pass  # rolled back; the worker waits for the lock as any job does
+            finally:
+                self._in_use.release()
         return await self._in_worker(self._transaction, job, write)
+
+    def _at_once(self, db: sqlite3.Connection, job: _Job[_T], write: bool) -> _T:
+        """``job`` as a transaction on the calling thread, failing at once (:class:`_Busy`,
+        nothing written) where it would wait for another connection's lock."""
+        db.execute("PRAGMA busy_timeout = 0")
+        try:
+            return self._transaction(job, write)
+        except sqlite3.OperationalError as exc:
+            if _is_busy(exc):
+                raise _Busy from exc
+            raise
+        finally:
+            if self._db is db:
+                db.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
 
     async def _in_worker(self, fn: Callable[..., _T], *args: Any) -> _T:
         if self._closed:
             raise RuntimeError(f"SQLiteMemory({self.path!r}) is closed")
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-memory")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, self._holding, fn, *args
+        )
+
+    def _holding(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """Worker thread: ``fn(*args)`` with the connection held."""
+        with self._in_use:
+            return fn(*args)
 
     def _connection(self) -> sqlite3.Connection:
         """Worker thread: the connection, opened on first use."""
@@ -312,7 +352,13 @@ class SQLiteMemory:
         """Worker thread: connect, set the pragmas, create or migrate the schema."""
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, isolation_level=None, timeout=self._busy_timeout_ms / 1000)
+        # Used by one thread at a time (``_in_use``), not always the one that opened it.
+        db = sqlite3.connect(
+            self.path,
+            isolation_level=None,
+            timeout=self._busy_timeout_ms / 1000,
+            check_same_thread=False,
+        )
         try:
             db.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             self._set_wal(db)
@@ -401,7 +447,7 @@ class SQLiteMemory:
             return []
         given, out = self._given(messages)
         epoch, last_seq = await self._call(
-            lambda db: _append_rows(db, session_id, given), write=True
+            lambda db: _append_rows(db, session_id, given), write=True, short=True
         )
         return _numbered(out, epoch, last_seq)
 
@@ -415,7 +461,7 @@ class SQLiteMemory:
             numbers = _append_rows(db, session_id, given) if given else (0, 0)
             return numbers, _snapshot_rows(db, session_id, namespace)
 
-        (epoch, last_seq), rows = await self._call(job, write=bool(given))
+        (epoch, last_seq), rows = await self._call(job, write=bool(given), short=True)
         return _numbered(out, epoch, last_seq), self._snapshot(session_id, rows)
 
     def _given(self, messages: Sequence[Message]) -> tuple[list[_Given], list[Message]]:
@@ -451,7 +497,9 @@ class SQLiteMemory:
         return _messages(rows)
 
     async def snapshot(self, session_id: str, namespace: str = SUMMARY_NAMESPACE) -> Snapshot:
-        rows = await self._call(lambda db: _snapshot_rows(db, session_id, namespace), write=False)
+        rows = await self._call(
+            lambda db: _snapshot_rows(db, session_id, namespace), write=False, short=True
+        )
         return self._snapshot(session_id, rows)
 
     def _snapshot(self, session_id: str, read: _SnapshotRows) -> Snapshot:
@@ -760,10 +808,22 @@ class SQLiteMemory:
             self._closed = True
             executor, self._executor = self._executor, None
             if executor is not None:
-                self._closing = executor.submit(self._close_connection)
+                self._closing = executor.submit(self._holding, self._close_connection)
                 executor.shutdown(wait=False)  # the worker ends after the jobs already queued
         if self._closing is not None:
             await asyncio.shield(asyncio.wrap_future(self._closing))
+
+
+class _Busy(Exception):
+    """A transaction run at once met another connection's lock; it was rolled back."""
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    """SQLITE_BUSY or SQLITE_LOCKED: another connection holds what the statement needs."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(exc) or "busy" in str(exc)
 
 
 # -- SQL helpers (worker thread, inside a transaction) -----------------------------------------

@@ -668,6 +668,7 @@ async def test_empty_sessions_compress_to_nothing_and_keep_system_messages(tmp_p
         # Only a system message (core memory), then a session cleared of everything.
         [system] = await h.host.memory.append("sys-only", [Message(role="system", content="rules")])
         await h.turns("cleared", 8)
+        await h.plugin.scheduler.wait_idle()  # a compression the turns started has ended
         await h.host.clear("cleared")
         for session in ("sys-only", "cleared"):
             result = await h.plugin.compress(session)

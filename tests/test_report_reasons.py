@@ -125,3 +125,55 @@ async def test_a_provider_error_reason_keeps_the_numbers_at_its_end() -> None:
     (error,) = outcome.errors
     assert error.startswith("RuntimeError: This model's maximum context length is 2048")
     assert "3017 in the messages" in error
+
+
+async def test_a_replay_counts_a_compression_once_when_requests_joined_it() -> None:
+    """Two requests that joined one run each get its final status with the same stats: the
+    replay report counts one compression (and the summarizer calls once), the joined one
+    apart."""
+    from typing import Any
+
+    from host_stub import signals
+    from host_stub.config import HostConfig
+    from host_stub.hookspecs import hookimpl
+    from host_stub.host import Host
+    from host_stub.messages import Message
+    from host_stub.testing import FakeLLM
+    from plugin_memory_summary.report.replay import replay_series
+
+    stats = {"messages_summarized": 4, "covered_up_to_seq": 4, "llm_calls": 1, "llm_seconds": [0.1]}
+
+    class Joined:
+        def __init__(self) -> None:
+            self.host: Any = None
+
+        @hookimpl
+        def startup(self, host: Any) -> None:
+            self.host = host
+
+        @hookimpl
+        async def before_model_call(self, view: Any) -> None:
+            if view.messages and view.messages[-1].seq == 3:
+                for request_id in ("r1", "r2"):  # the run, and a request that joined it
+                    await self.host.bus.send(
+                        signals.SESSION_COMPRESSING,
+                        request_id=request_id,
+                        session_id=view.session_id,
+                        status="done",
+                        stats=dict(stats),
+                    )
+
+    config = HostConfig.model_validate({"host": {"memory": "memory://"}, "plugins": {"allow": []}})
+    host = Host(config, llm=FakeLLM(default="ok"), plugins=[("joined", Joined())])
+    await host.start()
+    try:
+        turns = [
+            ([Message(role="user", content=f"q{i}")], [Message(role="assistant", content="a")])
+            for i in range(3)
+        ]
+        series = await replay_series(host, "s", turns, settle_s=0)
+    finally:
+        await host.stop()
+    assert len(series.compressions) == 1
+    assert sum(e.llm_calls for e in series.compressions) == 1
+    assert series.other_statuses == {"joined": 1}

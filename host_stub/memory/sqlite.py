@@ -7,16 +7,23 @@ are decided under that lock and stay correct when several processes share the fi
 must agree with each other (``snapshot``) run in one deferred ``BEGIN`` transaction, i.e. one WAL
 snapshot. Any exception inside a transaction rolls it back.
 
-One call, one thread hop. An instance owns one ``sqlite3`` connection and one worker thread (a
-``ThreadPoolExecutor`` with a single worker); the connection is created in that thread and only
-ever used there. Each public method hands the worker ONE synchronous function that runs its whole
-transaction (``BEGIN`` ... ``COMMIT``) and returns plain values, so a call costs one hop to the
-thread and back however many statements it runs. Rows become ``Message`` and ``MetadataEntry``
-objects on the event loop, after the transaction: decoding them in the worker instead measured
-no faster (the GIL runs it one thread at a time either way) and was slower in whole turns. The
-worker runs the jobs one after another in the order they were submitted, which is what keeps one
-instance's transactions from interleaving (no ``asyncio.Lock``); other connections, in this
-process or another, are kept apart by SQLite's locks, waited for up to ``busy_timeout_s``.
+One call, one thread hop at most. An instance owns one ``sqlite3`` connection and one worker
+thread (a ``ThreadPoolExecutor`` with a single worker). Each public method hands the worker ONE
+synchronous function that runs its whole transaction (``BEGIN`` ... ``COMMIT``) and returns plain
+values, so a call costs one hop to the thread and back however many statements it runs. Rows
+become ``Message`` and ``MetadataEntry`` objects on the event loop, after the transaction:
+decoding them in the worker instead measured no faster (the GIL runs it one thread at a time
+either way) and was slower in whole turns. The worker runs the jobs one after another in the
+order they were submitted; other connections, in this process or another, are kept apart by
+SQLite's locks, waited for up to ``busy_timeout_s``.
+
+A turn's short transactions (``append``, ``snapshot``, ``append_snapshot``: a few statements)
+run on the calling thread, the event loop's, with no hop: a hop to the worker and back cost
+several times their SQL. They do so only when the connection is open and free at that moment
+(a lock, ``_in_use``, that the worker holds for each of its jobs: the connection is used by one
+thread at a time, never two), when no trace callback is installed, and with a busy timeout of
+0: when another connection holds the lock they need they roll back at once and go to the
+worker, which waits there. The event loop never waits for another connection.
 
 Opening. Nothing is opened by the constructor. The first job opens the connection in the worker
 thread (busy timeout, WAL, ``synchronous = NORMAL``) and creates or migrates the schema (``PRAGMA
@@ -218,7 +225,8 @@ _Row = tuple[Any, ...]
 _Given = tuple[str, str, str, int]
 #: What a snapshot reads: the active rows, the record's row (if any), the epoch.
 _SnapshotRows = tuple[list[_Row], "_Row | None", int]
-#: A transaction's body: runs in the worker thread, between ``BEGIN`` and ``COMMIT``.
+#: A transaction's body: runs between ``BEGIN`` and ``COMMIT``, in the worker thread (or, for a
+#: short one, on the calling thread: see ``_call``).
 _Job = Callable[[sqlite3.Connection], _T]
 #: A ``sqlite3`` trace callback: gets each statement's SQL before it runs.
 TraceCallback = Callable[[str], object]
@@ -249,7 +257,7 @@ class SQLiteMemory:
         self._executor: ThreadPoolExecutor | None = None  # created on first use
         self._closed = False
         self._closing: Future[None] | None = None  # the job that closes the connection
-        # Used only in the worker thread:
+        # Used by the thread that holds ``_in_use``:
         self._db: sqlite3.Connection | None = None
         self._trace: TraceCallback | None = None
         #: The active rows of recently read sessions, decoded (on the event loop's side).
@@ -427,8 +435,9 @@ class SQLiteMemory:
         """Install (``None``: remove) a ``sqlite3`` trace callback on this instance's connection,
         opening it if it is not open yet (the opening's own statements are not traced).
 
-        The callback gets each statement's SQL (parameters expanded) in the worker thread, just
-        before the statement runs, inside the transaction; the transaction waits while it runs.
+        The callback gets each statement's SQL (parameters expanded) in the worker thread (while
+        one is installed every call runs there, the short ones too), just before the statement
+        runs, inside the transaction; the transaction waits while it runs.
         ``BEGIN``, ``COMMIT`` and ``ROLLBACK`` are statements too. Exceptions it raises are
         ignored by ``sqlite3``. For tests and diagnostics.
         """

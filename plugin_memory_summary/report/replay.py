@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -63,14 +64,20 @@ async def replay_series(
     started = time.perf_counter()
     stored = 0  # tokens of every message stored before this turn
 
+    runs: set[str] = set()  # the stats of each run counted: a joined request repeats them
+
     async def on_status(sender: Any, **payload: Any) -> None:
         if payload["session_id"] != session_id or payload["status"] not in FINAL:
             return
         event = compression_event(current, payload)
+        run = json.dumps(payload.get("stats") or {}, sort_keys=True, default=str)
+        if event is not None and run in runs:
+            event, payload = None, {**payload, "status": "joined"}
         if event is None:
             status = payload["status"]
             series.other_statuses[status] = series.other_statuses.get(status, 0) + 1
             return
+        runs.add(run)
         series.compressions.append(event)
         if on_event is not None:
             on_event(event)

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import pytest
@@ -267,12 +267,36 @@ async def test_append_assigns_seq_epoch_and_tokens(memory: MemoryService) -> Non
     assert seqs_of(await memory.get_history("s")) == [1, 2, 3]
 
 
-async def test_append_snapshot_is_an_append_then_a_snapshot(memory: MemoryService) -> None:
+#: The backends with the optional ``append_snapshot`` (the others: ``append``, then ``snapshot``).
+SNAPSHOT_ON_APPEND = {"memory", "sqlite"}
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+async def test_the_backends_that_read_with_an_append(backend: str, tmp_path: Path) -> None:
+    url = BACKENDS[backend](tmp_path)
+    store = open_memory(url, count_tokens)
+    try:
+        assert isinstance(store, SnapshotOnAppend) == (backend in SNAPSHOT_ON_APPEND)
+    finally:
+        await store.close()
+        if backend in CLEANUP:
+            await CLEANUP[backend](url)
+
+
+@pytest.mark.parametrize("backend", sorted(SNAPSHOT_ON_APPEND))
+async def test_append_snapshot_is_an_append_then_a_snapshot(backend: str, tmp_path: Path) -> None:
     """A store with the optional ``append_snapshot`` gives what ``append`` then ``snapshot``
     give on a twin session fed the same calls: the same messages back and the same snapshot,
     an empty append included (a read alone), across a compression and a clear."""
-    if not isinstance(memory, SnapshotOnAppend):
-        pytest.skip("this backend has no append_snapshot (optional)")
+    memory = open_memory(BACKENDS[backend](tmp_path), count_tokens)
+    assert isinstance(memory, SnapshotOnAppend)
+    try:
+        await _same_as_append_then_snapshot(memory)
+    finally:
+        await memory.close()
+
+
+async def _same_as_append_then_snapshot(memory: Any) -> None:
     call = ToolCall(id="c1", function=ToolCallFunction(name="lookup", arguments="{}"))
     steps: list[list[Message]] = [
         [user("hello"), assistant("hi")],

@@ -17,8 +17,9 @@ __all__ = ["remembered"]
 
 _T = TypeVar("_T")
 
-#: Texts remembered per function, and the longest remembered.
-MAX_TEXTS = 8192
+#: Texts remembered per function (a compression reads a few hundred to a thousand), and the
+#: longest remembered: at most about 8 MB of text per function, with its answers.
+MAX_TEXTS = 4096
 MAX_CHARS = 2000
 
 

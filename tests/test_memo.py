@@ -5,6 +5,7 @@ caller could change."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -108,3 +109,32 @@ def test_a_payload_copy_shares_nothing_a_caller_can_change() -> None:
     copy.identifier_sources["user"].append("RES-2")
     copy.identifier_sources["tool"] = []
     assert payload.model_dump() == before
+
+
+def test_a_text_seen_again_is_not_scanned_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scrubbing, identifiers and content keys of a short text each run once: the second
+    compression that reads the text gets the answers without running the patterns again."""
+    from plugin_memory_summary import redact
+
+    text = "Booking RES-90210 confirmed for flight ZX481 on 2031-04-02, seat 14C."
+    scans: list[str] = []
+    real_scan = identifiers._scan  # noqa: SLF001
+    monkeypatch.setattr(identifiers, "_scan", lambda t, *a: scans.append(t) or real_scan(t, *a))
+    assert identifiers.extract_identifiers(text) == identifiers.extract_identifiers(text)
+    assert scans == [text]
+
+    looked: list[str] = []
+    real_ids = excerpts.extract_identifiers
+    monkeypatch.setattr(excerpts, "extract_identifiers", lambda t: looked.append(t) or real_ids(t))
+    assert excerpts.content_keys(text + " again") == excerpts.content_keys(text + " again")
+    assert looked == [text + " again"]
+
+    hints: list[str] = []
+    real_hint = redact.may_match
+    monkeypatch.setattr(redact, "may_match", lambda n, t, f: hints.append(n) or real_hint(n, t, f))
+    redactor = Redactor()
+    assert redactor.redact(text) == redactor.redact(text)
+    checked = len(hints)
+    assert checked > 0
+    redactor.redact(text)
+    assert len(hints) == checked

@@ -8,19 +8,17 @@ import json
 import random
 
 import pytest
+import rules_fold
 
 from host_stub.messages import Message, ToolCall, ToolCallFunction
-from plugin_memory_summary.config import PayloadCaps
 from plugin_memory_summary.fitting import render_payload
 from plugin_memory_summary.identifiers import extract_identifiers, reads_as_number
-from plugin_memory_summary.rules import rules_merge
 from plugin_memory_summary.summary_model import SummaryPayload, identifier_rank
 
 ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ0123456789"
 
 
-def count(text: str) -> int:
-    return len(text) // 4 + 1
+count = rules_fold.count
 
 
 def code(rng: random.Random, size: int = 6) -> str:
@@ -106,18 +104,7 @@ def render_text(message: Message) -> str:
 
 
 def fold(messages: list[Message], budget: int, batch: int = 11) -> SummaryPayload:
-    payload: SummaryPayload | None = None
-    for start in range(0, len(messages), batch):
-        payload = rules_merge(
-            payload,
-            messages[start : start + batch],
-            budget_tokens=budget,
-            count_tokens=count,
-            caps=PayloadCaps(),
-        )
-        assert count(render_payload(payload)) <= budget
-    assert payload is not None
-    return payload
+    return rules_fold.fold(messages, budget, batch)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

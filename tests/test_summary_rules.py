@@ -7,6 +7,7 @@ import random
 
 import pytest
 import regex
+import rules_fold
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,8 +31,7 @@ THINGS = ["violin", "kayak", "telescope", "sourdough", "chessboard", "loom", "dr
 MONTHS = ["March", "April", "May", "June", "July", "August", "September", "October"]
 
 
-def count(text: str) -> int:
-    return len(text) // 4 + 1
+count = rules_fold.count
 
 
 def conversation(seed: int, sessions: int = 12, turns: int = 10) -> list[Message]:
@@ -60,17 +60,7 @@ def conversation(seed: int, sessions: int = 12, turns: int = 10) -> list[Message
 
 
 def fold(messages: list[Message], budget: int, batch: int = 20) -> SummaryPayload:
-    payload: SummaryPayload | None = None
-    for start in range(0, len(messages), batch):
-        payload = rules_merge(
-            payload,
-            messages[start : start + batch],
-            budget_tokens=budget,
-            count_tokens=count,
-            caps=PayloadCaps(),
-        )
-    assert payload is not None
-    return payload
+    return rules_fold.fold(messages, budget, batch)
 
 
 def sentences_of(messages: list[Message]) -> set[str]:

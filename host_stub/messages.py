@@ -8,7 +8,7 @@ once at append time, the archive reason once archived, and free metadata.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -19,6 +19,7 @@ __all__ = [
     "Role",
     "ToolCall",
     "ToolCallFunction",
+    "clone_model",
     "scrub_surrogates",
     "text_of",
     "tool_groups",
@@ -29,6 +30,8 @@ MessageKind = Literal["message", "event-marker"]
 #: Why a message left the active history. ``summarized`` is the only reason that promises the
 #: summary record covers it; the others are explicit strategies, fallbacks or user actions.
 ArchiveReason = Literal["summarized", "window", "fallback-trim", "cleared", "deleted"]
+
+_M = TypeVar("_M", bound=BaseModel)
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -151,3 +154,26 @@ def tool_groups(messages: list[Message]) -> list[tuple[int, int, bool]]:
         else:
             i += 1
     return groups
+
+
+_new = object.__new__
+_set = object.__setattr__
+
+
+def clone_model(model: _M, update: dict[str, Any] | None = None) -> _M:
+    """A shallow copy of a pydantic model, ``update`` set on it (not validated): what
+    ``model.model_copy(update=update)`` gives (its own field dict, set of fields set, extras and
+    private attributes), without its generic dispatch. A store copies every active message at
+    each read; those copies were most of an in-memory prompt build."""
+    new = _new(type(model))
+    fields = model.__dict__.copy()
+    fields_set = model.__pydantic_fields_set__.copy()
+    if update:
+        fields.update(update)
+        fields_set.update(update)
+    extra, private = model.__pydantic_extra__, model.__pydantic_private__
+    _set(new, "__dict__", fields)
+    _set(new, "__pydantic_fields_set__", fields_set)
+    _set(new, "__pydantic_extra__", None if extra is None else extra.copy())
+    _set(new, "__pydantic_private__", None if private is None else private.copy())
+    return new

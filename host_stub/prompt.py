@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .hookspecs import ANCHORS, Contribution
-from .messages import Message, tool_groups
+from .messages import Message, clone_model, tool_groups
 from .signals import TokenBreakdown
 
 __all__ = [
@@ -54,8 +54,9 @@ def apply_replacements(
         if text is None or m.is_marker:
             out.append(m)
             continue
-        shown = m.model_copy(update={"content": text})
-        out.append(shown.model_copy(update={"tokens": count_message(shown)}))
+        shown = clone_model(m, {"content": text})
+        shown.tokens = count_message(shown)  # a private copy: set in place
+        out.append(shown)
     return out
 
 

@@ -189,7 +189,7 @@ class Probe:
             self.reach_sync("in-commit", {"statements": list(self.tx), "next": sql})
         if (
             self.marker_armed
-            and head.startswith("UPDATE SESSIONS SET LAST_SEQ")
+            and head.startswith("COMMIT")
             and any(s.startswith("INSERT INTO messages") and "'event-marker'" in s for s in self.tx)
         ):
             self.marker_armed = False

@@ -209,6 +209,37 @@ async def test_a_short_call_never_waits_on_the_event_loop_for_another_connection
     assert [m.content for m in snap.messages] == ["first", "second"]
 
 
+async def test_the_worker_waits_for_another_connection_after_short_calls(
+    memory: SQLiteMemory, tmp_path: Path
+) -> None:
+    """The loop's short calls leave the busy timeout at 0 (not set again around each one); the
+    worker's next job waits for another connection's lock as before, up to the busy timeout."""
+
+    def busy_timeout() -> int:
+        assert memory._db is not None  # noqa: SLF001
+        return int(memory._db.execute("PRAGMA busy_timeout").fetchone()[0])  # noqa: SLF001
+
+    await memory.append(SESSION, [user("first")])  # opens the file (in the worker)
+    for i in range(3):
+        await memory.append_snapshot(SESSION, [user(f"m{i}")])
+        assert busy_timeout() == 0
+    other = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        saved = asyncio.create_task(memory.save_metadata("ns", SESSION, {"v": 1}))
+        await asyncio.sleep(0.3)  # longer than no wait at all; the job is still waiting
+        assert not saved.done()
+        other.execute("COMMIT")
+        assert await asyncio.wait_for(saved, 10) == 1
+    finally:
+        if other.in_transaction:
+            other.execute("ROLLBACK")
+        other.close()
+    assert busy_timeout() == 10_000
+    out, snap = await memory.append_snapshot(SESSION, [user("last")])
+    assert busy_timeout() == 0 and out[0].seq == 5 and snap.last_seq == 5
+
+
 async def test_a_short_call_waits_for_the_worker_when_it_holds_the_connection(
     memory: SQLiteMemory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -283,8 +314,7 @@ async def test_a_call_runs_its_statements_in_one_transaction_in_the_worker_threa
     await memory.append(SESSION, [Message(role="assistant", content="[m]", kind="event-marker")])
     sql = trace.sql()
     insert = next(i for i, s in enumerate(sql) if s.startswith("INSERT INTO messages"))
-    update = next(i for i, s in enumerate(sql) if s.startswith("UPDATE sessions SET last_seq"))
-    assert "'event-marker'" in sql[insert] and insert < update
+    assert "'event-marker'" in sql[insert] and insert < len(sql) - 1 and sql[-1] == "COMMIT"
 
 
 async def test_removing_the_trace_callback(traced: tuple[SQLiteMemory, Trace]) -> None:

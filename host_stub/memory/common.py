@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import copy
 import json
+import marshal
 import re
 import secrets
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ..messages import Message, ToolCall
+from ..messages import Message, ToolCall, clone_model
 from ..services import MetadataEntry
 
 __all__ = [
@@ -84,23 +87,23 @@ def copy_message(message: Message) -> Message:
         update["content"] = copy.deepcopy(message.content)
     if message.tool_calls:
         update["tool_calls"] = [_copy_call(call) for call in message.tool_calls]
-    metadata = message.metadata
-    if metadata:
-        flat = all(isinstance(value, _SCALARS) for value in metadata.values())
-        update["metadata"] = dict(metadata) if flat else copy.deepcopy(metadata)
-    return message.model_copy(update=update)
+    metadata = message.metadata  # copied even when empty: a caller may fill it in
+    flat = all(isinstance(value, _SCALARS) for value in metadata.values())
+    update["metadata"] = dict(metadata) if flat else copy.deepcopy(metadata)
+    return clone_model(message, update)
 
 
 def _copy_call(call: ToolCall) -> ToolCall:
     """A private copy of a tool call: new models sharing their strings (a deep copy took most
     of the copy of a tool-calling message); deep only when an extra field holds a container."""
     function = call.function
-    extras = [*(call.model_extra or {}).values(), *(function.model_extra or {}).values()]
-    if all(isinstance(value, _SCALARS) for value in extras):
-        new = copy.copy(call)  # a new model with its own field dict and extras
-        new.__dict__["function"] = copy.copy(function)
-        return new
+    if _flat(call.__pydantic_extra__) and _flat(function.__pydantic_extra__):
+        return clone_model(call, {"function": clone_model(function)})
     return copy.deepcopy(call)
+
+
+def _flat(extra: dict[str, Any] | None) -> bool:
+    return not extra or all(isinstance(value, _SCALARS) for value in extra.values())
 
 
 #: One stored row as a database returns it: seq, epoch, role, kind, body, tokens, archived.
@@ -215,9 +218,42 @@ def dump_value(value: dict[str, Any]) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+#: Texts of at least this many characters are remembered by :func:`load_value`.
+PARSED_MIN_CHARS = 2_048
+#: At most this many characters of remembered texts (with their parsed forms, about 3x).
+PARSED_MAX_CHARS = 4_000_000
+_parsed: OrderedDict[str, bytes] = OrderedDict()
+_parsed_chars = 0
+_parsed_lock = threading.Lock()
+
+
 def load_value(text: str | None) -> dict[str, Any] | None:
-    """A stored metadata value (``None`` for a deleted one)."""
-    return None if text is None else json.loads(text)
+    """A stored metadata value (``None`` for a deleted one), a new object at every call.
+
+    A large text read again (a summary record, at every prompt build) is not parsed again: its
+    value is kept in ``marshal``'s form, which gives a new copy in about half the time of a JSON
+    parse; the most recently read :data:`PARSED_MAX_CHARS` characters of texts are kept."""
+    global _parsed_chars
+    if text is None:
+        return None
+    if len(text) < PARSED_MIN_CHARS:
+        return json.loads(text)
+    with _parsed_lock:
+        blob = _parsed.get(text)
+        if blob is not None:
+            _parsed.move_to_end(text)
+    if blob is not None:
+        return marshal.loads(blob)
+    value = json.loads(text)
+    blob = marshal.dumps(value)
+    with _parsed_lock:
+        if text not in _parsed:
+            _parsed[text] = blob
+            _parsed_chars += len(text)
+            while _parsed_chars > PARSED_MAX_CHARS and len(_parsed) > 1:
+                old, _ = _parsed.popitem(last=False)
+                _parsed_chars -= len(old)
+    return value
 
 
 def metadata_entry(

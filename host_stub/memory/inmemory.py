@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..messages import ArchiveReason, Message
+from ..messages import ArchiveReason, Message, clone_model
 from ..services import (
     SUMMARY_NAMESPACE,
     LeaseLost,
@@ -565,4 +565,4 @@ def _copy_entry(stored: tuple[MetadataEntry, str | None]) -> MetadataEntry:
     saved as (a dump and a parse of a large summary record at every read cost three times
     as much). A deleted entry, frozen and without a value, is shared."""
     entry, text = stored
-    return entry if text is None else entry.model_copy(update={"value": load_value(text)})
+    return entry if text is None else clone_model(entry, {"value": load_value(text)})

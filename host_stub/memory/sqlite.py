@@ -23,7 +23,9 @@ several times their SQL. They do so only when the connection is open and free at
 (a lock, ``_in_use``, that the worker holds for each of its jobs: the connection is used by one
 thread at a time, never two), when no trace callback is installed, and with a busy timeout of
 0: when another connection holds the lock they need they roll back at once and go to the
-worker, which waits there. The event loop never waits for another connection.
+worker, which waits there. The event loop never waits for another connection. (The busy
+timeout is switched when the other kind of call comes: to 0 before the first short transaction
+after a worker's job, back before the worker's next job; not around every call.)
 
 Opening. Nothing is opened by the constructor. The first job opens the connection in the worker
 thread (busy timeout, WAL, ``synchronous = NORMAL``) and creates or migrates the schema (``PRAGMA
@@ -265,6 +267,10 @@ class SQLiteMemory:
         #: Held by whoever uses the connection: the worker thread for each of its jobs, the
         #: event loop's thread for a short transaction it runs itself (see ``_call``).
         self._in_use = threading.Lock()
+        #: Whether the connection waits for other connections' locks (its busy timeout is
+        #: ``busy_timeout_s``) or fails at once (0, as the loop's short transactions need);
+        #: switched only when the other kind of call comes, not around each one.
+        self._waits = True
 
     # -- the worker thread --------------------------------------------------------------------
 
@@ -290,16 +296,15 @@ class SQLiteMemory:
     def _at_once(self, db: sqlite3.Connection, job: _Job[_T], write: bool) -> _T:
         """``job`` as a transaction on the calling thread, failing at once (:class:`_Busy`,
         nothing written) where it would wait for another connection's lock."""
-        db.execute("PRAGMA busy_timeout = 0")
+        if self._waits:
+            db.execute("PRAGMA busy_timeout = 0")
+            self._waits = False
         try:
             return self._transaction(job, write)
         except sqlite3.OperationalError as exc:
             if _is_busy(exc):
                 raise _Busy from exc
             raise
-        finally:
-            if self._db is db:
-                db.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
 
     async def _in_worker(self, fn: Callable[..., _T], *args: Any) -> _T:
         if self._closed:
@@ -311,8 +316,12 @@ class SQLiteMemory:
         )
 
     def _holding(self, fn: Callable[..., _T], *args: Any) -> _T:
-        """Worker thread: ``fn(*args)`` with the connection held."""
+        """Worker thread: ``fn(*args)`` with the connection held, waiting for other
+        connections' locks up to the busy timeout."""
         with self._in_use:
+            if not self._waits and self._db is not None:
+                self._db.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+                self._waits = True
             return fn(*args)
 
     def _connection(self) -> sqlite3.Connection:
@@ -369,6 +378,7 @@ class SQLiteMemory:
         )
         try:
             db.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+            self._waits = True
             self._set_wal(db)
             db.execute("PRAGMA synchronous = NORMAL")
             self._migrate(db)
@@ -467,8 +477,10 @@ class SQLiteMemory:
         given, out = self._given(messages)
 
         def job(db: sqlite3.Connection) -> tuple[tuple[int, int], _SnapshotRows]:
-            numbers = _append_rows(db, session_id, given) if given else (0, 0)
-            return numbers, _snapshot_rows(db, session_id, namespace)
+            if not given:
+                return (0, 0), _snapshot_rows(db, session_id, namespace)
+            numbers = _append_rows(db, session_id, given)
+            return numbers, _snapshot_rows(db, session_id, namespace, epoch=numbers[0])
 
         (epoch, last_seq), rows = await self._call(job, write=bool(given), short=True)
         return _numbered(out, epoch, last_seq), self._snapshot(session_id, rows)
@@ -911,15 +923,19 @@ def _append_rows(db: sqlite3.Connection, session_id: str, given: list[_Given]) -
     """Inside a write transaction: store ``given`` after the session's last message (creating
     the session); return its epoch and the seq before them. The search index waits for the
     next catch-up (a search, an archive)."""
-    now = time.time()
-    db.execute(
-        "INSERT OR IGNORE INTO sessions (session_id, epoch, last_seq, updated_at)"
-        " VALUES (?, 0, 0, ?)",
-        (session_id, now),
+    now, n = time.time(), len(given)
+    moved = db.execute(
+        "UPDATE sessions SET last_seq = last_seq + ?, updated_at = ? WHERE session_id = ?",
+        (n, now, session_id),
     )
+    if moved.rowcount == 0:  # the session's first message
+        db.execute(
+            "INSERT INTO sessions (session_id, epoch, last_seq, updated_at) VALUES (?, 0, ?, ?)",
+            (session_id, n, now),
+        )
     row = _one(db, "SELECT epoch, last_seq FROM sessions WHERE session_id = ?", (session_id,))
     assert row is not None
-    epoch, last_seq = row
+    epoch, last_seq = row[0], row[1] - n
     db.executemany(
         "INSERT INTO messages (session_id, seq, epoch, role, kind, body, tokens,"
         " archived, archived_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?)",
@@ -927,10 +943,6 @@ def _append_rows(db: sqlite3.Connection, session_id: str, given: list[_Given]) -
             (session_id, last_seq + i, epoch, role, kind, body, tokens, now)
             for i, (role, kind, body, tokens) in enumerate(given, 1)
         ],
-    )
-    db.execute(
-        "UPDATE sessions SET last_seq = ?, updated_at = ? WHERE session_id = ?",
-        (last_seq + len(given), now, session_id),
     )
     return epoch, last_seq
 
@@ -943,12 +955,15 @@ def _numbered(out: list[Message], epoch: int, last_seq: int) -> list[Message]:
     return out
 
 
-def _snapshot_rows(db: sqlite3.Connection, session_id: str, namespace: str) -> _SnapshotRows:
-    """A snapshot's reads: the active rows, the record's row, the epoch."""
+def _snapshot_rows(
+    db: sqlite3.Connection, session_id: str, namespace: str, epoch: int | None = None
+) -> _SnapshotRows:
+    """A snapshot's reads: the active rows, the record's row, the epoch (read unless the
+    transaction already knows it)."""
     return (
         message_rows(db, session_id, archived=False),
         _metadata_row(db, namespace, session_id),
-        _epoch(db, session_id),
+        _epoch(db, session_id) if epoch is None else epoch,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 from blinker import Namespace
@@ -15,6 +16,9 @@ from .signals import PAYLOADS
 __all__ = ["EventBus", "UnknownSignalError", "await_me_maybe"]
 
 log = logging.getLogger("host_stub.bus")
+
+#: The payload model of the send in progress (in this task), handed to typed receivers as it is.
+_sending: ContextVar[BaseModel | None] = ContextVar("_sending", default=None)
 
 
 class UnknownSignalError(KeyError):
@@ -30,8 +34,9 @@ async def await_me_maybe(value: Any) -> Any:
 
 class EventBus:
     """Signals by name. Receivers are called ``receiver(sender, **payload)``, or, connected with
-    ``typed=True``, ``receiver(sender, payload)`` with the signal's payload model; async ones are
-    awaited one after another, sync ones wrapped. A receiver that raises is logged and the others
+    ``typed=True``, ``receiver(sender, payload)`` with the signal's payload model (one model per
+    send, shared by its typed receivers: to read, not to change); async ones are awaited one
+    after another, sync ones wrapped. A receiver that raises is logged and the others
     still run. Unknown names are refused at connect and at send."""
 
     def __init__(self, sender: Any = None) -> None:
@@ -52,8 +57,11 @@ class EventBus:
 
         async def isolated(sender: Any, **payload: Any) -> Any:
             try:
-                if typed:  # validated by send already: built again without a second check
-                    return await await_me_maybe(receiver(sender, model.model_construct(**payload)))
+                if typed:  # the model send validated (or the sender built): not built again
+                    event = _sending.get()
+                    if type(event) is not model:
+                        event = model.model_construct(**payload)
+                    return await await_me_maybe(receiver(sender, event))
                 return await await_me_maybe(receiver(sender, **payload))
             except Exception:
                 log.exception("receiver %r of %s failed", receiver, name)
@@ -83,5 +91,9 @@ class EventBus:
             raise TypeError(f"{name}: pass one {PAYLOADS[name].__name__} or its fields")
         # Pass field values, not a dump: a shared ``results`` dict stays shared.
         kwargs = {field: getattr(model, field) for field in type(model).model_fields}
-        results = await signal.send_async(self._sender, **kwargs)
+        token = _sending.set(model)
+        try:
+            results = await signal.send_async(self._sender, **kwargs)
+        finally:
+            _sending.reset(token)
         return [value for _, value in results]

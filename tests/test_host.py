@@ -538,3 +538,38 @@ async def test_a_typed_receiver_gets_the_signal_payload_model() -> None:
     bus.disconnect(signals.SESSION_COMPRESS, typed)
     await bus.send(signals.SESSION_COMPRESS, request_id="r2", session_id="s")
     assert len(seen) == 1 and len(kwargs_seen) == 2
+
+
+async def test_typed_receivers_share_the_model_of_the_send_nested_sends_included() -> None:
+    """Typed receivers get the one payload model of the send (the sender's own when it built
+    it; not built again per receiver); a send made inside a receiver has its own, and the outer
+    send's next receivers still get the outer one."""
+    from host_stub import signals
+    from host_stub.bus import EventBus
+
+    bus = EventBus()
+    seen: list[tuple[str, object]] = []
+
+    async def first(sender: object, event: signals.TokenUsage) -> None:
+        seen.append(("first", event))
+        await bus.send(signals.SESSION_COMPRESS, request_id="r1", session_id="s")
+
+    async def inner(sender: object, event: signals.SessionCompress) -> None:
+        seen.append(("inner", event))
+
+    def second(sender: object, event: signals.TokenUsage) -> None:
+        seen.append(("second", event))
+
+    bus.connect(signals.TOKEN_USAGE, first, typed=True)
+    bus.connect(signals.TOKEN_USAGE, second, typed=True)
+    bus.connect(signals.SESSION_COMPRESS, inner, typed=True)
+    fields = {"model": "m", "context_window": 100, "used": 10, "usage_ratio": 0.1}
+    usage = signals.TokenUsage(session_id="s", breakdown=signals.TokenBreakdown(), **fields)
+    await bus.send(signals.TOKEN_USAGE, usage)
+    assert [name for name, _ in seen] == ["first", "inner", "second"]
+    assert seen[0][1] is usage and seen[2][1] is usage
+    assert isinstance(seen[1][1], signals.SessionCompress)
+    assert seen[1][1].request_id == "r1"  # type: ignore[attr-defined]
+    seen.clear()
+    await bus.send(signals.TOKEN_USAGE, session_id="t", breakdown={}, **fields)
+    assert seen[0][1] is seen[2][1] and seen[0][1].session_id == "t"  # type: ignore[attr-defined]

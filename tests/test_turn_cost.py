@@ -304,8 +304,9 @@ async def test_sqlite_reads_the_active_history_through_its_index(tmp_path: Path)
 async def test_a_sqlite_snapshot_decodes_only_the_rows_it_has_not_seen(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A turn adds a row or two: the rows the last snapshot of the session decoded are reused,
-    as private copies, unless a column changed (another process may rewrite a row)."""
+    """A turn adds a row or two: the rows this store wrote or its last snapshot of the session
+    decoded are reused, as private copies, unless a column changed (another process may
+    rewrite a row); another store on the file decodes what it has not seen."""
     from host_stub.memory import common
 
     decoded: list[int] = []
@@ -319,20 +320,31 @@ async def test_a_sqlite_snapshot_decodes_only_the_rows_it_has_not_seen(
     monkeypatch.setattr(sqlite_store, "message_from_row", counting)
     path = tmp_path / "m.db"
     memory = SQLiteMemory(str(path), lambda m: 1)
+    other = SQLiteMemory(str(path), lambda m: 1)
     try:
         await memory.append("s", [Message(role="user", content=f"m{i}") for i in range(40)])
         decoded.clear()  # the append's own copies
         first = await memory.snapshot("s")
-        assert sorted(decoded) == list(range(1, 41))
-        await memory.append("s", [Message(role="assistant", content="a", metadata={"k": [1]})])
+        assert decoded == []  # the rows it wrote
+        assert [m.content for m in first.messages] == [f"m{i}" for i in range(40)]
+        assert [m.seq for m in (await other.snapshot("s")).messages] == list(range(1, 41))
+        assert sorted(decoded) == list(range(1, 41))  # the other store had seen none
+        [added] = await memory.append(
+            "s", [Message(role="assistant", content="a", metadata={"k": [1]})]
+        )
+        added.metadata["k"].append(3)  # the caller's copy, not the one kept decoded
         decoded.clear()
         second = await memory.snapshot("s")
-        assert decoded == [41]
+        assert decoded == []
+        assert second.messages[40].metadata == {"k": [1]} and second.messages[40].seq == 41
         assert [m.model_dump() for m in second.messages[:40]] == [
             m.model_dump() for m in first.messages
         ]
         second.messages[40].metadata["k"].append(2)  # a caller's change stays its own
         second.messages[0].content = "changed"
+        _, fused = await memory.append_snapshot("s", [Message(role="user", content="b")])
+        assert decoded == [0]  # the copy it hands back only (numbered after the write)
+        assert [m.seq for m in fused.messages[-2:]] == [41, 42]
         raw = sqlite3.connect(path)
         body = '{"content":"rewritten"}'
         raw.execute("UPDATE messages SET body = ? WHERE session_id = 's' AND seq = 2", (body,))
@@ -345,6 +357,7 @@ async def test_a_sqlite_snapshot_decodes_only_the_rows_it_has_not_seen(
         assert third.messages[40].metadata == {"k": [1]}
     finally:
         await memory.close()
+        await other.close()
 
 
 async def test_in_memory_reads_copy_only_the_mutable_parts_of_a_message(

@@ -144,6 +144,15 @@ class DecodedRows:
             del self._by_session[next(iter(self._by_session))]  # the least recently read
         return out
 
+    def add(self, session_id: str, decoded: Sequence[tuple[MessageRow, Message]]) -> None:
+        """Rows this process just wrote, with their messages (private to the cache): the next
+        read finds them decoded."""
+        kept = self._by_session.pop(session_id, {})
+        kept.update((row[0], (row, message)) for row, message in decoded)
+        self._by_session[session_id] = kept
+        while len(self._by_session) > self._limit:
+            del self._by_session[next(iter(self._by_session))]
+
     def forget(self, session_id: str | None = None) -> None:
         """Drop one session's decoded rows, or every session's."""
         if session_id is None:

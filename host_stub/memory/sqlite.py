@@ -98,6 +98,7 @@ from .common import (
     body_of,
     check_limit,
     check_ttl,
+    copy_message,
     decode_row,
     dump_value,
     load_value,
@@ -468,7 +469,7 @@ class SQLiteMemory:
         epoch, last_seq = await self._call(
             lambda db: _append_rows(db, session_id, given), write=True, short=True
         )
-        return _numbered(out, epoch, last_seq)
+        return self._appended(session_id, given, out, epoch, last_seq)
 
     async def append_snapshot(
         self, session_id: str, messages: Sequence[Message], namespace: str = SUMMARY_NAMESPACE
@@ -483,7 +484,23 @@ class SQLiteMemory:
             return numbers, _snapshot_rows(db, session_id, namespace, epoch=numbers[0])
 
         (epoch, last_seq), rows = await self._call(job, write=bool(given), short=True)
-        return _numbered(out, epoch, last_seq), self._snapshot(session_id, rows)
+        stored = self._appended(session_id, given, out, epoch, last_seq) if given else []
+        return stored, self._snapshot(session_id, rows)
+
+    def _appended(
+        self, session_id: str, given: list[_Given], out: list[Message], epoch: int, last_seq: int
+    ) -> list[Message]:
+        """The copies an append hands back, numbered; the rows it wrote go to the decoded rows
+        (each with a copy of its own), so the next snapshot does not decode them again."""
+        _numbered(out, epoch, last_seq)
+        self._decoded.add(
+            session_id,
+            [
+                ((last_seq + i, epoch, role, kind, body, tokens, None), copy_message(m))
+                for i, (m, (role, kind, body, tokens)) in enumerate(zip(out, given, strict=True), 1)
+            ],
+        )
+        return out
 
     def _given(self, messages: Sequence[Message]) -> tuple[list[_Given], list[Message]]:
         """What an append writes (role, kind, body, tokens per message) and the copies it hands

@@ -520,3 +520,119 @@ async def test_close_waits_for_a_running_transaction_even_when_cancelled(
     messages, records = stored(path)
     assert messages == [(1, "summarized"), (2, "summarized"), (3, None), (4, None)]
     assert records == [('{"text":"S"}', 1)]
+
+
+# -- snapshots while no other connection writes ------------------------------------------------------
+
+
+def reads_messages(sql: list[str]) -> bool:
+    return any(s.startswith("SELECT") and "FROM messages" in s for s in sql)
+
+
+async def test_a_snapshot_reads_no_rows_while_only_this_store_appended(
+    traced: tuple[SQLiteMemory, Trace],
+) -> None:
+    """The rows the last snapshot read, and those this store appended since, are the session
+    while no other connection committed (``PRAGMA data_version``): no ``SELECT`` of them."""
+    memory, trace = traced
+    await memory.append(SESSION, [user(f"m{i}") for i in range(5)])
+    await memory.save_metadata("summary", SESSION, {"text": "S"})
+    first = await memory.snapshot(SESSION)  # reads (a write of its own came before)
+    trace.clear()
+    again = await memory.snapshot(SESSION)
+    assert not reads_messages(trace.sql()) and "PRAGMA data_version" in trace.sql()
+    assert again == first
+    trace.clear()
+    [added], fused = await memory.append_snapshot(SESSION, [user("m5")])
+    assert not reads_messages(trace.sql())
+    assert [m.content for m in fused.messages] == [f"m{i}" for i in range(6)]
+    assert fused.record is not None and fused.record.value == {"text": "S"}
+    await memory.append(SESSION, [user("m6")])
+    trace.clear()
+    snap = await memory.snapshot(SESSION)
+    assert not reads_messages(trace.sql()) and snap.last_seq == 7 and added.seq == 6
+    assert [(m.seq, m.content) for m in snap.messages] == [
+        (m.seq, m.content) for m in await memory.get_history(SESSION)
+    ]
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda m: m.commit_compression(SESSION, {"text": "T"}, 1, 3, epoch=0),
+        lambda m: m.trim_history(SESSION, keep_recent=2),
+        lambda m: m.clear(SESSION),
+        lambda m: m.delete_messages(SESSION, [4]),
+        lambda m: m.save_metadata("summary", SESSION, {"text": "U"}),
+        lambda m: m.delete_metadata("summary", SESSION),
+        lambda m: m.forget(SESSION),
+    ],
+)
+async def test_a_snapshot_after_any_other_write_reads_again(
+    write: Callable[[SQLiteMemory], Awaitable[Any]], tmp_path: Path
+) -> None:
+    """Whichever store on the file writes (this one or another), the next snapshot is what a
+    fresh store reads."""
+    for writer_is_other in (False, True):
+        path = tmp_path / f"{writer_is_other}.db"
+        memory, other = SQLiteMemory(path, counter), SQLiteMemory(path, counter)
+        try:
+            await memory.append(SESSION, [user(f"m{i}") for i in range(5)])
+            await memory.save_metadata("summary", SESSION, {"text": "S"})
+            await memory.snapshot(SESSION)
+            await memory.snapshot(SESSION)  # kept
+            await write(other if writer_is_other else memory)
+            seen = await memory.snapshot(SESSION)
+            fresh = SQLiteMemory(path, counter)
+            try:
+                assert seen == await fresh.snapshot(SESSION)
+            finally:
+                await fresh.close()
+            _, fused = await memory.append_snapshot(SESSION, [user("late")])
+            assert fused.messages[-1].content == "late"
+            assert [m.seq for m in fused.messages] == [
+                m.seq for m in await memory.get_history(SESSION)
+            ]
+        finally:
+            await memory.close()
+            await other.close()
+
+
+async def test_a_failed_append_leaves_no_row_in_what_snapshots_keep(
+    memory: SQLiteMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transaction that fails after its rows were added to the kept reads (its rollback
+    removes them from the file) drops what is kept: no snapshot shows a row never committed."""
+    await memory.append(SESSION, [user("kept")])
+    await memory.snapshot(SESSION)
+    real = sqlite_backend._ActiveReads.read  # noqa: SLF001
+
+    def failing(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(sqlite_backend._ActiveReads, "read", failing)  # noqa: SLF001
+    with pytest.raises(sqlite3.OperationalError):
+        await memory.append_snapshot(SESSION, [user("rolled back")])
+    monkeypatch.setattr(sqlite_backend._ActiveReads, "read", real)  # noqa: SLF001
+    snap = await memory.snapshot(SESSION)
+    assert [m.content for m in snap.messages] == ["kept"]
+    [late] = await memory.append(SESSION, [user("late")])
+    assert late.seq == 2
+    assert [m.content for m in (await memory.snapshot(SESSION)).messages] == ["kept", "late"]
+
+
+async def test_a_new_connection_reads_again(memory: SQLiteMemory, tmp_path: Path) -> None:
+    """``data_version`` counts per connection: after the store opens a new one (the old one
+    was dropped), nothing kept from the old one is trusted."""
+    await memory.append(SESSION, [user("a")])
+    await memory.snapshot(SESSION)
+    await memory.snapshot(SESSION)
+
+    def drop() -> None:
+        memory._close_connection()  # noqa: SLF001
+
+    await memory._in_worker(drop)  # noqa: SLF001
+    other = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
+    other.execute("UPDATE messages SET body = ? WHERE seq = 1", ('{"content":"b"}',))
+    other.close()
+    assert [m.content for m in (await memory.snapshot(SESSION)).messages] == ["b"]

@@ -27,6 +27,14 @@ worker, which waits there. The event loop never waits for another connection. (T
 timeout is switched when the other kind of call comes: to 0 before the first short transaction
 after a worker's job, back before the worker's next job; not around every call.)
 
+Snapshots while no other connection writes. The rows a snapshot read (the session's active
+rows, the record's row, the epoch) are kept with the connection's ``PRAGMA data_version``,
+which changes when another connection commits and not when this one does. A snapshot reads
+that version first and, when it is unchanged, uses the kept rows instead of selecting them; an
+append adds its rows to them in its own transaction, and every other write of this connection,
+and any transaction that fails, drops what is kept (as does opening a new connection: the
+version counts per connection). A chat's turns thus select no rows while one host writes.
+
 Opening. Nothing is opened by the constructor. The first job opens the connection in the worker
 thread (busy timeout, WAL, ``synchronous = NORMAL``) and creates or migrates the schema (``PRAGMA
 user_version``), then runs its own transaction. If opening fails the call raises and the next call
@@ -76,6 +84,7 @@ import contextlib
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -231,6 +240,51 @@ _SnapshotRows = tuple[list[_Row], "_Row | None", int]
 #: A transaction's body: runs between ``BEGIN`` and ``COMMIT``, in the worker thread (or, for a
 #: short one, on the calling thread: see ``_call``).
 _Job = Callable[[sqlite3.Connection], _T]
+
+
+class _ActiveReads:
+    """What the last snapshot of each recent session read (its active rows, the record's row,
+    the epoch), with the connection's ``PRAGMA data_version`` when it read them. That version
+    changes when another connection commits; this connection's own writes do not change it, so
+    every write of its own but an append drops what is kept (``clear``), and an append adds its
+    rows (``appended``). While the version is unchanged a snapshot needs no ``SELECT``. Used by
+    whoever holds ``_in_use``, inside the transaction; a transaction that fails drops all."""
+
+    def __init__(self, sessions: int = 256) -> None:
+        self._limit = sessions
+        self._by_session: OrderedDict[str, dict[str, tuple[int, list[_Row], _Row | None, int]]]
+        self._by_session = OrderedDict()
+
+    def read(
+        self, db: sqlite3.Connection, session_id: str, namespace: str, epoch: int | None = None
+    ) -> _SnapshotRows:
+        """A snapshot's rows: kept ones when no other connection committed since; else read
+        (the version first, so what is kept is never older than its version says)."""
+        version = int(_scalar(db, "PRAGMA data_version"))
+        kept = self._by_session.get(session_id, {}).get(namespace)
+        if kept is not None and kept[0] == version:
+            self._by_session.move_to_end(session_id)
+            return list(kept[1]), kept[2], kept[3]
+        rows, record, epoch = _snapshot_rows(db, session_id, namespace, epoch)
+        self._by_session.setdefault(session_id, {})[namespace] = (version, rows, record, epoch)
+        self._by_session.move_to_end(session_id)
+        while len(self._by_session) > self._limit:
+            self._by_session.popitem(last=False)
+        return list(rows), record, epoch
+
+    def appended(self, session_id: str, epoch: int, rows: list[_Row]) -> None:
+        """Rows this connection just added to the session (newest seqs, active)."""
+        reads = self._by_session.get(session_id, {})
+        for namespace, (_, kept, _, kept_epoch) in list(reads.items()):
+            if kept_epoch == epoch:
+                kept.extend(rows)
+            else:  # another epoch than the one this transaction read: read again
+                del reads[namespace]
+
+    def clear(self) -> None:
+        self._by_session.clear()
+
+
 #: A ``sqlite3`` trace callback: gets each statement's SQL before it runs.
 TraceCallback = Callable[[str], object]
 
@@ -265,6 +319,8 @@ class SQLiteMemory:
         self._trace: TraceCallback | None = None
         #: The active rows of recently read sessions, decoded (on the event loop's side).
         self._decoded = DecodedRows()
+        #: The rows recent snapshots read, while no other connection has written.
+        self._reads = _ActiveReads()
         #: Held by whoever uses the connection: the worker thread for each of its jobs, the
         #: event loop's thread for a short transaction it runs itself (see ``_call``).
         self._in_use = threading.Lock()
@@ -275,7 +331,9 @@ class SQLiteMemory:
 
     # -- the worker thread --------------------------------------------------------------------
 
-    async def _call(self, job: _Job[_T], *, write: bool, short: bool = False) -> _T:
+    async def _call(
+        self, job: _Job[_T], *, write: bool, short: bool = False, appends: bool = False
+    ) -> _T:
         """Run ``job`` as one transaction in the worker thread (one hop); return its result.
 
         ``short``: a transaction of a few statements on a turn's path (an append, a snapshot).
@@ -287,21 +345,21 @@ class SQLiteMemory:
             try:
                 db = self._db
                 if db is not None and not self._closed:
-                    return self._at_once(db, job, write)
+                    return self._at_once(db, job, write, appends)
             except _Busy:
                 pass  # rolled back; the worker waits for the lock as any job does
             finally:
                 self._in_use.release()
-        return await self._in_worker(self._transaction, job, write)
+        return await self._in_worker(self._transaction, job, write, appends)
 
-    def _at_once(self, db: sqlite3.Connection, job: _Job[_T], write: bool) -> _T:
+    def _at_once(self, db: sqlite3.Connection, job: _Job[_T], write: bool, appends: bool) -> _T:
         """``job`` as a transaction on the calling thread, failing at once (:class:`_Busy`,
         nothing written) where it would wait for another connection's lock."""
         if self._waits:
             db.execute("PRAGMA busy_timeout = 0")
             self._waits = False
         try:
-            return self._transaction(job, write)
+            return self._transaction(job, write, appends=appends)
         except sqlite3.OperationalError as exc:
             if _is_busy(exc):
                 raise _Busy from exc
@@ -329,15 +387,20 @@ class SQLiteMemory:
         """Worker thread: the connection, opened on first use."""
         return self._db if self._db is not None else self._open()
 
-    def _transaction(self, job: _Job[_T], write: bool) -> _T:
+    def _transaction(self, job: _Job[_T], write: bool, appends: bool = False) -> _T:
         """Worker thread: ``BEGIN`` ... ``COMMIT`` around ``job``, rolled back on any
-        exception."""
+        exception. A write that may change what a snapshot reads (any but ``appends``, which
+        keep the snapshot reads up to date themselves) or a failed transaction drops the
+        snapshot reads kept."""
         db = self._connection()
+        if write and not appends:
+            self._reads.clear()
         db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
             result = job(db)
             db.execute("COMMIT")
         except BaseException:
+            self._reads.clear()
             self._rollback(db)
             raise
         return result
@@ -380,6 +443,7 @@ class SQLiteMemory:
         try:
             db.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             self._waits = True
+            self._reads.clear()  # data_version counts per connection
             self._set_wal(db)
             db.execute("PRAGMA synchronous = NORMAL")
             self._migrate(db)
@@ -467,7 +531,10 @@ class SQLiteMemory:
             return []
         given, out = self._given(messages)
         epoch, last_seq = await self._call(
-            lambda db: _append_rows(db, session_id, given), write=True, short=True
+            lambda db: self._append_rows(db, session_id, given),
+            write=True,
+            short=True,
+            appends=True,
         )
         return self._appended(session_id, given, out, epoch, last_seq)
 
@@ -479,13 +546,28 @@ class SQLiteMemory:
 
         def job(db: sqlite3.Connection) -> tuple[tuple[int, int], _SnapshotRows]:
             if not given:
-                return (0, 0), _snapshot_rows(db, session_id, namespace)
-            numbers = _append_rows(db, session_id, given)
-            return numbers, _snapshot_rows(db, session_id, namespace, epoch=numbers[0])
+                return (0, 0), self._reads.read(db, session_id, namespace)
+            numbers = self._append_rows(db, session_id, given)
+            return numbers, self._reads.read(db, session_id, namespace, epoch=numbers[0])
 
-        (epoch, last_seq), rows = await self._call(job, write=bool(given), short=True)
+        (epoch, last_seq), rows = await self._call(job, write=bool(given), short=True, appends=True)
         stored = self._appended(session_id, given, out, epoch, last_seq) if given else []
         return stored, self._snapshot(session_id, rows)
+
+    def _append_rows(
+        self, db: sqlite3.Connection, session_id: str, given: list[_Given]
+    ) -> tuple[int, int]:
+        """:func:`_append_rows`, the rows added to the snapshot reads kept."""
+        epoch, last_seq = _append_rows(db, session_id, given)
+        self._reads.appended(
+            session_id,
+            epoch,
+            [
+                (last_seq + i, epoch, role, kind, body, tokens, None)
+                for i, (role, kind, body, tokens) in enumerate(given, 1)
+            ],
+        )
+        return epoch, last_seq
 
     def _appended(
         self, session_id: str, given: list[_Given], out: list[Message], epoch: int, last_seq: int
@@ -536,7 +618,7 @@ class SQLiteMemory:
 
     async def snapshot(self, session_id: str, namespace: str = SUMMARY_NAMESPACE) -> Snapshot:
         rows = await self._call(
-            lambda db: _snapshot_rows(db, session_id, namespace), write=False, short=True
+            lambda db: self._reads.read(db, session_id, namespace), write=False, short=True
         )
         return self._snapshot(session_id, rows)
 

@@ -80,9 +80,9 @@ SERVICE_PROTOCOLS: dict[str, type] = {
     "message-archive": services.MessageArchiveService,
 }
 
-#: Methods a service may add, which the host uses when they are there: service -> Protocol.
-OPTIONAL_PROTOCOLS: dict[str, type] = {
-    "memory": services.SnapshotOnAppend,
+#: Methods a service may add, which the host uses when they are there: service -> Protocols.
+OPTIONAL_PROTOCOLS: dict[str, tuple[type, ...]] = {
+    "memory": (services.SnapshotOnAppend, services.OpensAtStart),
 }
 
 #: Protocol attributes cannot carry a docstring; their description lives here.
@@ -283,13 +283,12 @@ def _signature(func: Callable[..., Any]) -> str:
 
 
 def service_protocols() -> list[tuple[str, type, bool]]:
-    """Each service's Protocol, then the optional one it may add: ``(service, Protocol,
+    """Each service's Protocol, then the optional ones it may add: ``(service, Protocol,
     optional)``, in the table's order."""
     out: list[tuple[str, type, bool]] = []
     for service, protocol in SERVICE_PROTOCOLS.items():
         out.append((service, protocol, False))
-        if service in OPTIONAL_PROTOCOLS:
-            out.append((service, OPTIONAL_PROTOCOLS[service], True))
+        out.extend((service, extra, True) for extra in OPTIONAL_PROTOCOLS.get(service, ()))
     return out
 
 

@@ -32,7 +32,7 @@ from .prompt import (
     shared_messages,
     wire_key,
 )
-from .services import LLMService, MemoryService, Snapshot
+from .services import LLMService, MemoryService, OpensAtStart, Snapshot
 from .session_ids import check_session_id
 from .tools import ToolRegistry
 
@@ -239,6 +239,7 @@ class Host:
                 model_overrides={k: v.model_dump() for k, v in h.models.items()},
                 max_reply_chars=h.llm_max_reply_chars,
             )
+        created = self._memory is None
         if self._memory is None:
             from .memory import open_memory
 
@@ -246,6 +247,15 @@ class Host:
                 self._memory = open_memory(self.config.host.memory, self._count_message)
             except (ValueError, ModuleNotFoundError) as exc:
                 raise ConfigError(f"{self.config.source}: host.memory: {exc}") from None
+        if isinstance(self._memory, OpensAtStart):
+            try:
+                await self._memory.open()  # now, not at the first turn
+            except BaseException:
+                if created:  # the host's own store: nothing else would close it
+                    store, self._memory = self._memory, None
+                    with contextlib.suppress(Exception):
+                        await store.close()
+                raise
         await self._resolve_window()
         self._writes = WriteCounter(self.memory)
         self.message_archive = MemoryMessageArchive(self.memory)

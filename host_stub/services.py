@@ -27,6 +27,7 @@ __all__ = [
     "MessageArchiveService",
     "MetadataEntry",
     "SearchHit",
+    "OpensAtStart",
     "SnapshotOnAppend",
     "SessionInfo",
     "Snapshot",
@@ -268,6 +269,18 @@ class SnapshotOnAppend(Protocol):
     ) -> tuple[list[Message], Snapshot]:
         """``append(session_id, messages)``, then ``snapshot(session_id, namespace)`` of the
         session as that append left it."""
+        ...
+
+
+@runtime_checkable
+class OpensAtStart(Protocol):
+    """What a store may add to :class:`MemoryService` (optional): opening its connection at the
+    host's start. A store opens itself on first use otherwise, and the first turn would wait
+    for it (SQLite: the file, WAL and the schema, a few milliseconds); a store that cannot be
+    opened then fails the start instead of the first turn."""
+
+    async def open(self) -> None:
+        """Open the connection now (nothing if it is open); raise what the first call would."""
         ...
 
 

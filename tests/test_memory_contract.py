@@ -35,7 +35,14 @@ import pytest
 from host_stub.memory import InMemoryMemory, SQLiteMemory, open_memory
 from host_stub.memory.sqlite import SCHEMA_VERSION
 from host_stub.messages import Message, ToolCall, ToolCallFunction, text_of
-from host_stub.services import LeaseLost, LeaseToken, MemoryService, Snapshot, SnapshotOnAppend
+from host_stub.services import (
+    LeaseLost,
+    LeaseToken,
+    MemoryService,
+    OpensAtStart,
+    Snapshot,
+    SnapshotOnAppend,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -269,6 +276,8 @@ async def test_append_assigns_seq_epoch_and_tokens(memory: MemoryService) -> Non
 
 #: The backends with the optional ``append_snapshot`` (the others: ``append``, then ``snapshot``).
 SNAPSHOT_ON_APPEND = {"memory", "sqlite"}
+#: The backends with the optional ``open`` (the others open on first use).
+OPENS_AT_START = {"sqlite"}
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
@@ -277,6 +286,7 @@ async def test_the_backends_that_read_with_an_append(backend: str, tmp_path: Pat
     store = open_memory(url, count_tokens)
     try:
         assert isinstance(store, SnapshotOnAppend) == (backend in SNAPSHOT_ON_APPEND)
+        assert isinstance(store, OpensAtStart) == (backend in OPENS_AT_START)
     finally:
         await store.close()
         if backend in CLEANUP:

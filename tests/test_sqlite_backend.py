@@ -636,3 +636,47 @@ async def test_a_new_connection_reads_again(memory: SQLiteMemory, tmp_path: Path
     other.execute("UPDATE messages SET body = ? WHERE seq = 1", ('{"content":"b"}',))
     other.close()
     assert [m.content for m in (await memory.snapshot(SESSION)).messages] == ["b"]
+
+
+# -- opened at the host's start ----------------------------------------------------------------------
+
+
+async def test_the_host_opens_the_file_at_start_so_a_first_turn_makes_no_hop(
+    tmp_path: Path,
+) -> None:
+    """The first turn does not open the file (the worker, WAL, the schema): the host opened it
+    at start, and the turn's store calls run on the event loop."""
+    from host_stub.config import HostConfig
+    from host_stub.host import Host
+    from host_stub.testing import FakeLLM
+
+    config = HostConfig.model_validate(
+        {
+            "host": {"model": "fake/chat", "memory": f"sqlite:///{tmp_path / 'h.db'}"},
+            "plugins": {"allow": []},
+        }
+    )
+    async with Host(config, llm=FakeLLM(default="ok")) as host:
+        assert host.memory._db is not None  # noqa: SLF001
+        n, result = await hops(lambda: host.run_turn("s", "hello"))
+        assert n == 0 and result.outcome == "replied"
+        assert [m.content for m in await host.memory.get_history("s")] == ["hello", "ok"]
+
+
+async def test_a_file_that_cannot_be_opened_fails_the_start_and_is_closed(tmp_path: Path) -> None:
+    from host_stub.config import HostConfig
+    from host_stub.host import Host
+    from host_stub.testing import FakeLLM
+
+    path = tmp_path / "not-a-db.db"
+    path.write_text("plain text, not SQLite\n" * 100)
+    config = HostConfig.model_validate(
+        {"host": {"model": "fake/chat", "memory": f"sqlite:///{path}"}, "plugins": {"allow": []}}
+    )
+    host = Host(config, llm=FakeLLM(default="ok"))
+    before = {t.name for t in threading.enumerate()}
+    with pytest.raises(ConnectionError, match="not a SQLite database"):
+        await host.start()
+    await asyncio.sleep(0.05)
+    assert not {t.name for t in threading.enumerate()} - before  # no worker left behind
+    assert path.read_text().startswith("plain text")

@@ -506,6 +506,11 @@ class SQLiteMemory:
         if db is not None:
             db.close()
 
+    async def open(self) -> None:
+        """Open the connection now (see :class:`~host_stub.services.OpensAtStart`): the file,
+        WAL and the schema, in the worker; nothing when it is open."""
+        await self._in_worker(self._connection)
+
     async def set_trace_callback(self, callback: TraceCallback | None) -> None:
         """Install (``None``: remove) a ``sqlite3`` trace callback on this instance's connection,
         opening it if it is not open yet (the opening's own statements are not traced).

@@ -363,19 +363,6 @@ async def test_a_compression_catches_the_index_up_in_batches_before_its_commit(
     assert rows == [(3 * size + 2,)]  # each message indexed once
     assert indexed == [size, size, size, 2, 0], indexed
 
-    # Long texts: a batch stops at CATCH_UP_CHARS characters (one message at least).
-    long = sqlite_backend.CATCH_UP_CHARS * 3 // 4
-    await memory.append("t", [user(f"long{i} " + "x" * long) for i in range(3)])
-    trace.clear()
-    assert await memory.commit_compression("t", {"text": "S"}, 0, 1, epoch=0)
-    batches = []
-    sql = trace.sql()
-    while sql:
-        one, sql = split_after_commit(sql)
-        batches.append(sum(s.startswith("INSERT INTO search (") for s in one))
-    assert batches == [1, 1, 1, 0]
-    assert [h.message.seq for h in await memory.search("t", "long2")] == [3]
-
 
 async def test_removing_the_trace_callback(traced: tuple[SQLiteMemory, Trace]) -> None:
     memory, trace = traced

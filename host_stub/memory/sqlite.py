@@ -141,9 +141,6 @@ __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteMemory", "backfill_search", "m
 #: Messages a catch-up of the search index before a compression's commit indexes per
 #: transaction (a turn's call that comes meanwhile waits for one such transaction at most).
 CATCH_UP_BATCH = 8
-#: ... and, past its first message, at most this many characters of stored text (the terms of
-#: eight long tool results took a few milliseconds to compute).
-CATCH_UP_CHARS = 4_000
 
 #: Stored in ``PRAGMA user_version``; bump it and add a step to ``MIGRATIONS`` on schema changes.
 SCHEMA_VERSION = 6
@@ -1138,10 +1135,9 @@ def _previous_terms(
 
 def _catch_up(db: sqlite3.Connection, session_id: str, limit: int | None = None) -> bool:
     """Index the session's messages stored after ``indexed_seq`` (appends do not index: the
-    turn does not wait for it); with ``limit``, at most that many of them and, past the first,
-    no more than :data:`CATCH_UP_CHARS` characters of stored text. Returns whether some are
-    left. A search or range read runs this first, an archive with it (after batches of its
-    own: see ``SQLiteMemory._catch_up_in_batches``)."""
+    turn does not wait for it), at most ``limit`` of them; whether some are left. A search or
+    range read runs this first, an archive with it (after batches of its own: see
+    ``SQLiteMemory._catch_up_in_batches``)."""
     row = _one(db, "SELECT indexed_seq, last_seq FROM sessions WHERE session_id = ?", (session_id,))
     if row is None or row[0] >= row[1]:
         return False
@@ -1150,29 +1146,16 @@ def _catch_up(db: sqlite3.Connection, session_id: str, limit: int | None = None)
     params: tuple[Any, ...] = (session_id, indexed_seq)
     if limit is not None:
         sql, params = sql + " LIMIT ?", (*params, limit)
-    rows = db.execute(sql, params).fetchall()
-    if limit is not None:
-        rows = _first_chars(rows, CATCH_UP_CHARS)
-    messages = _messages(rows)
+    messages = _messages(db.execute(sql, params).fetchall())
     docs = [(m.seq or 0, own_terms(m)) for m in messages]
     terms = lend_context(docs, _previous_terms(db, session_id, indexed_seq + 1))
     _index(
         db, session_id, [(seq, t) for (seq, _), t in zip(docs, terms, strict=True) if t is not None]
     )
-    more = bool(docs) and limit is not None and docs[-1][0] < last_seq
+    more = limit is not None and len(messages) == limit and docs[-1][0] < last_seq
     done = docs[-1][0] if more else last_seq
     db.execute("UPDATE sessions SET indexed_seq = ? WHERE session_id = ?", (done, session_id))
     return more
-
-
-def _first_chars(rows: list[_Row], chars: int) -> list[_Row]:
-    """The first rows whose bodies hold at most ``chars`` characters together (one at least)."""
-    total = 0
-    for i, row in enumerate(rows):
-        total += len(row[4])
-        if total > chars and i:
-            return rows[:i]
-    return rows
 
 
 def _search_key(db: sqlite3.Connection, session_id: str, *, create: bool) -> int | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -151,13 +150,10 @@ async def test_every_call_is_one_thread_hop_or_none(memory: SQLiteMemory) -> Non
     assert n == 0 and len(snap.messages) == 100 and snap.record is None
     n, (out, snap) = await hops(lambda: memory.append_snapshot(SESSION, [user("m101")]))
     assert n == 0 and out[0].seq == 101 and snap.last_seq == 101
-    # A compression's commit: one hop, after the search index caught up with the 101 messages
-    # in hops of CATCH_UP_BATCH (background work a turn's call can come between).
-    batches = math.ceil(101 / sqlite_backend.CATCH_UP_BATCH)
     n, won = await hops(lambda: memory.commit_compression(SESSION, {"text": "S"}, 0, 40, epoch=0))
-    assert n == batches + 1 and won is True
+    assert n == 1 and won is True
     n, won = await hops(lambda: memory.commit_compression(SESSION, {"text": "S"}, 0, 50, epoch=0))
-    assert n == 2 and won is False  # a lost compare-and-set: the index found up to date
+    assert n == 1 and won is False  # a lost compare-and-set is one hop too
     n, snap = await hops(lambda: memory.snapshot(SESSION))
     assert n == 0 and snap.first_seq == 41 and snap.record is not None
     n, lease = await hops(lambda: memory.acquire_lease("compress:s", 5.0))
@@ -253,10 +249,10 @@ async def test_a_short_call_waits_for_the_worker_when_it_holds_the_connection(
     inside, release = threading.Event(), threading.Event()
     catch_up = sqlite_backend._catch_up  # noqa: SLF001
 
-    def held(db: sqlite3.Connection, session_id: str, *limit: int) -> bool:
+    def held(db: sqlite3.Connection, session_id: str) -> None:
         inside.set()
         release.wait(10)
-        return catch_up(db, session_id, *limit)
+        catch_up(db, session_id)
 
     monkeypatch.setattr(sqlite_backend, "_catch_up", held)
     task = asyncio.create_task(memory.commit_compression(SESSION, {"text": "S"}, 0, 4, epoch=0))
@@ -289,7 +285,6 @@ async def test_a_call_runs_its_statements_in_one_transaction_in_the_worker_threa
     memory, trace = traced
     await memory.append(SESSION, [user(f"m{i}") for i in range(6)])
 
-    await memory.search(SESSION, "m1")  # the index catches up (a commit would first)
     for call, begin in [
         (lambda: memory.snapshot(SESSION), "BEGIN"),
         (
@@ -302,13 +297,6 @@ async def test_a_call_runs_its_statements_in_one_transaction_in_the_worker_threa
         trace.clear()
         await call()
         sql = trace.sql()
-        if "INSERT INTO metadata" in " ".join(sql):  # the commit, after the index's catch-up
-            catch_up, sql = split_after_commit(sql)
-            assert catch_up == [
-                "BEGIN IMMEDIATE",
-                "SELECT indexed_seq, last_seq FROM sessions WHERE session_id = 's'",
-                "COMMIT",
-            ]
         assert sql[0] == begin and sql[-1] == "COMMIT", sql
         assert len(sql) >= 4  # several statements, one hop
         assert not any(s in ("BEGIN", "BEGIN IMMEDIATE", "COMMIT") for s in sql[1:-1]), sql
@@ -327,41 +315,6 @@ async def test_a_call_runs_its_statements_in_one_transaction_in_the_worker_threa
     sql = trace.sql()
     insert = next(i for i, s in enumerate(sql) if s.startswith("INSERT INTO messages"))
     assert "'event-marker'" in sql[insert] and insert < len(sql) - 1 and sql[-1] == "COMMIT"
-
-
-def split_after_commit(sql: list[str]) -> tuple[list[str], list[str]]:
-    """The statements up to the first ``COMMIT`` and those after it."""
-    end = sql.index("COMMIT") + 1
-    return sql[:end], sql[end:]
-
-
-async def test_a_compression_catches_the_index_up_in_batches_before_its_commit(
-    traced: tuple[SQLiteMemory, Trace],
-) -> None:
-    """A compression's commit does not index a long backlog in its own transaction: the index
-    catches up CATCH_UP_BATCH messages a transaction first, every message indexed once, so a
-    turn's call that comes meanwhile waits for one batch at most."""
-    memory, trace = traced
-    size = sqlite_backend.CATCH_UP_BATCH
-    await memory.append(SESSION, [user(f"word{i} m{i}") for i in range(3 * size + 2)])
-    trace.clear()
-    assert await memory.commit_compression(SESSION, {"text": "S"}, 0, size, epoch=0)
-    transactions: list[list[str]] = []
-    sql = trace.sql()
-    while sql:
-        one, sql = split_after_commit(sql)
-        transactions.append(one)
-    indexed = [sum(s.startswith("INSERT INTO search (") for s in t) for t in transactions]
-    assert len(transactions) == 5  # four catch-up batches, then the commit
-    assert all(t[0] == "BEGIN IMMEDIATE" and t[-1] == "COMMIT" for t in transactions)
-    assert not any("INSERT INTO metadata" in " ".join(t) for t in transactions[:-1])
-    assert "INSERT INTO metadata" in " ".join(transactions[-1])
-    searched = await memory.search(SESSION, f"word{3 * size + 1}")
-    assert [h.message.seq for h in searched] == [3 * size + 2]
-    assert len(await memory.search(SESSION, "m5", limit=50)) >= 1
-    rows = raw(memory.path, "SELECT count(*) FROM search")
-    assert rows == [(3 * size + 2,)]  # each message indexed once
-    assert indexed == [size, size, size, 2, 0], indexed
 
 
 async def test_removing_the_trace_callback(traced: tuple[SQLiteMemory, Trace]) -> None:

@@ -63,9 +63,7 @@ space-joined) holds a session's entries as one rowid range (``key << 32 | seq``)
 that write the entries. An append does not index (the turn waits for appends): the session's
 messages after ``sessions.indexed_seq`` are indexed by ``_catch_up``, run by a search or range
 read first (its own write transaction, only when something waits) and inside the transactions
-that archive (``commit_compression``, ``trim_history``: background work) or delete; a
-compression's commit first catches up in transactions of ``CATCH_UP_BATCH`` messages, so a
-turn's call never waits for a whole catch-up behind it. A search
+that archive (``commit_compression``, ``trim_history``: background work) or delete. A search
 follows ``search_plan.plan_search``: it reads the planned lists and conjunctions
 (``group_concat`` of the rowids; ``ORDER BY rowid DESC LIMIT k`` for the newest of one term; an
 ``AND`` query read whole, its newest kept, as FTS5 walks those backwards slowly), probes the
@@ -137,10 +135,6 @@ from .search_plan import (
 )
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteMemory", "backfill_search", "message_rows"]
-
-#: Messages a catch-up of the search index before a compression's commit indexes per
-#: transaction (a turn's call that comes meanwhile waits for one such transaction at most).
-CATCH_UP_BATCH = 8
 
 #: Stored in ``PRAGMA user_version``; bump it and add a step to ``MIGRATIONS`` on schema changes.
 SCHEMA_VERSION = 6
@@ -338,7 +332,7 @@ class SQLiteMemory:
     # -- the worker thread --------------------------------------------------------------------
 
     async def _call(
-        self, job: _Job[_T], *, write: bool, short: bool = False, keeps_reads: bool = False
+        self, job: _Job[_T], *, write: bool, short: bool = False, appends: bool = False
     ) -> _T:
         """Run ``job`` as one transaction in the worker thread (one hop); return its result.
 
@@ -351,21 +345,21 @@ class SQLiteMemory:
             try:
                 db = self._db
                 if db is not None and not self._closed:
-                    return self._at_once(db, job, write, keeps_reads)
+                    return self._at_once(db, job, write, appends)
             except _Busy:
                 pass  # rolled back; the worker waits for the lock as any job does
             finally:
                 self._in_use.release()
-        return await self._in_worker(self._transaction, job, write, keeps_reads)
+        return await self._in_worker(self._transaction, job, write, appends)
 
-    def _at_once(self, db: sqlite3.Connection, job: _Job[_T], write: bool, keeps_reads: bool) -> _T:
+    def _at_once(self, db: sqlite3.Connection, job: _Job[_T], write: bool, appends: bool) -> _T:
         """``job`` as a transaction on the calling thread, failing at once (:class:`_Busy`,
         nothing written) where it would wait for another connection's lock."""
         if self._waits:
             db.execute("PRAGMA busy_timeout = 0")
             self._waits = False
         try:
-            return self._transaction(job, write, keeps_reads)
+            return self._transaction(job, write, appends=appends)
         except sqlite3.OperationalError as exc:
             if _is_busy(exc):
                 raise _Busy from exc
@@ -393,13 +387,13 @@ class SQLiteMemory:
         """Worker thread: the connection, opened on first use."""
         return self._db if self._db is not None else self._open()
 
-    def _transaction(self, job: _Job[_T], write: bool, keeps_reads: bool = False) -> _T:
+    def _transaction(self, job: _Job[_T], write: bool, appends: bool = False) -> _T:
         """Worker thread: ``BEGIN`` ... ``COMMIT`` around ``job``, rolled back on any
-        exception. A write that may change what a snapshot reads (any but ``keeps_reads`` ones:
-        appends, which keep the snapshot reads up to date themselves, and the search index's
-        catch-up) or a failed transaction drops the snapshot reads kept."""
+        exception. A write that may change what a snapshot reads (any but ``appends``, which
+        keep the snapshot reads up to date themselves) or a failed transaction drops the
+        snapshot reads kept."""
         db = self._connection()
-        if write and not keeps_reads:
+        if write and not appends:
             self._reads.clear()
         db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
@@ -419,7 +413,7 @@ class SQLiteMemory:
             db, "SELECT indexed_seq < last_seq FROM sessions WHERE session_id = ?", (session_id,)
         )
         if row is not None and row[0]:
-            self._transaction(lambda db: _catch_up(db, session_id), True, True)
+            self._transaction(lambda db: _catch_up(db, session_id), True)
         return self._transaction(job, False)
 
     def _rollback(self, db: sqlite3.Connection) -> None:
@@ -545,7 +539,7 @@ class SQLiteMemory:
             lambda db: self._append_rows(db, session_id, given),
             write=True,
             short=True,
-            keeps_reads=True,
+            appends=True,
         )
         return self._appended(session_id, given, out, epoch, last_seq)
 
@@ -561,9 +555,7 @@ class SQLiteMemory:
             numbers = self._append_rows(db, session_id, given)
             return numbers, self._reads.read(db, session_id, namespace, epoch=numbers[0])
 
-        (epoch, last_seq), rows = await self._call(
-            job, write=bool(given), short=True, keeps_reads=True
-        )
+        (epoch, last_seq), rows = await self._call(job, write=bool(given), short=True, appends=True)
         stored = self._appended(session_id, given, out, epoch, last_seq) if given else []
         return stored, self._snapshot(session_id, rows)
 
@@ -704,16 +696,6 @@ class SQLiteMemory:
 
         return await self._call(job, write=True)
 
-    async def _catch_up_in_batches(self, session_id: str) -> None:
-        """Index what the session stored since its last catch-up, :data:`CATCH_UP_BATCH`
-        messages a transaction, before a background write that would otherwise do it all in
-        its own: a turn's append or snapshot that comes meanwhile waits for one batch at most,
-        not for the whole catch-up (a compression's took milliseconds)."""
-        while await self._call(
-            lambda db: _catch_up(db, session_id, CATCH_UP_BATCH), write=True, keeps_reads=True
-        ):
-            pass
-
     async def commit_compression(
         self,
         session_id: str,
@@ -745,7 +727,6 @@ class SQLiteMemory:
             _archive(db, session_id, [seq for (seq,) in rows], "summarized", now)
             return True
 
-        await self._catch_up_in_batches(session_id)
         return await self._call(job, write=True)
 
     # -- metadata -----------------------------------------------------------------------------
@@ -1133,29 +1114,26 @@ def _previous_terms(
     return None if row is None else (int(row[0]) & _SEQ_MASK, str(row[1]).split())
 
 
-def _catch_up(db: sqlite3.Connection, session_id: str, limit: int | None = None) -> bool:
+def _catch_up(db: sqlite3.Connection, session_id: str) -> None:
     """Index the session's messages stored after ``indexed_seq`` (appends do not index: the
-    turn does not wait for it), at most ``limit`` of them; whether some are left. A search or
-    range read runs this first, an archive with it (after batches of its own: see
-    ``SQLiteMemory._catch_up_in_batches``)."""
+    turn does not wait for it); a search or range read runs this first, an archive with it."""
     row = _one(db, "SELECT indexed_seq, last_seq FROM sessions WHERE session_id = ?", (session_id,))
     if row is None or row[0] >= row[1]:
-        return False
+        return
     indexed_seq, last_seq = row
-    sql = f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq"
-    params: tuple[Any, ...] = (session_id, indexed_seq)
-    if limit is not None:
-        sql, params = sql + " LIMIT ?", (*params, limit)
-    messages = _messages(db.execute(sql, params).fetchall())
+    messages = _messages(
+        db.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq > ?"
+            " ORDER BY seq",
+            (session_id, indexed_seq),
+        ).fetchall()
+    )
     docs = [(m.seq or 0, own_terms(m)) for m in messages]
     terms = lend_context(docs, _previous_terms(db, session_id, indexed_seq + 1))
     _index(
         db, session_id, [(seq, t) for (seq, _), t in zip(docs, terms, strict=True) if t is not None]
     )
-    more = limit is not None and len(messages) == limit and docs[-1][0] < last_seq
-    done = docs[-1][0] if more else last_seq
-    db.execute("UPDATE sessions SET indexed_seq = ? WHERE session_id = ?", (done, session_id))
-    return more
+    db.execute("UPDATE sessions SET indexed_seq = ? WHERE session_id = ?", (last_seq, session_id))
 
 
 def _search_key(db: sqlite3.Connection, session_id: str, *, create: bool) -> int | None:

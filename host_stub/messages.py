@@ -163,8 +163,8 @@ _set = object.__setattr__
 def clone_model(model: _M, update: dict[str, Any] | None = None) -> _M:
     """A shallow copy of a pydantic model, ``update`` (declared fields) set on it, not
     validated: what ``model.model_copy(update=update)`` gives (its own field dict, set of fields
-    set, extras and private attributes), without its generic dispatch. A store copies every active message at
-    each read; those copies were most of an in-memory prompt build."""
+    set, extras and private attributes), without its generic dispatch. A store copies every
+    active message at each read; those copies were most of an in-memory prompt build."""
     new = _new(type(model))
     fields = model.__dict__.copy()
     fields_set = model.__pydantic_fields_set__.copy()

@@ -101,6 +101,8 @@ def big_record(n: int = 300) -> dict[str, Any]:
 def test_a_large_value_is_parsed_once_and_a_new_object_at_every_read(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(common, "_parsed", common.OrderedDict())  # nothing remembered yet
+    monkeypatch.setattr(common, "_parsed_chars", 0)
     text = json.dumps(big_record())
     assert len(text) >= common.PARSED_MIN_CHARS
     parses: list[int] = []

@@ -102,6 +102,7 @@ def bench_llm(
         delay=latency,
         count=partial(_count, counter),
         cost=0.0,
+        keep_calls=False,  # the benches read the per-model stats; a scale run sends 100,000 prompts
     )
 
 

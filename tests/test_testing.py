@@ -167,3 +167,15 @@ async def test_the_harness_starts_records_and_stops_the_host() -> None:
         assert len(await h.host.memory.get_history("s")) == 4
         assert "lorem" in (await h.host.memory.get_history("s"))[0].content
     assert plugin.stopped  # the way out stopped the host
+
+
+async def test_a_fake_that_keeps_no_calls_still_counts_them() -> None:
+    """A benchmark sends tens of thousands of prompts: ``keep_calls=False`` keeps none of them,
+    and the per-model stats still count every call and its tokens."""
+    kept, counted = FakeLLM("ok"), FakeLLM("ok", keep_calls=False)
+    for llm in (kept, counted):
+        for i in range(3):
+            await llm.complete([{"role": "user", "content": f"question {i}"}], model="m")
+    assert len(kept.calls) == 3 and counted.calls == []
+    assert counted.stats["m"].calls == kept.stats["m"].calls == 3
+    assert counted.stats["m"].input_tokens == kept.stats["m"].input_tokens > 0

@@ -100,6 +100,7 @@ class FakeLLM:
         deaf_hangs: bool = False,
         count: Callable[[Any], int] | None = None,
         cost: float = 0.0001,
+        keep_calls: bool = True,
     ) -> None:
         self.default = default
         self.default_model = default_model
@@ -115,8 +116,10 @@ class FakeLLM:
         self.count = count or count_simple
         self.cost = cost
         self.queue: deque[Reply] = deque()
-        #: Every call: its messages (OpenAI format), model, max_tokens, temperature and tools.
+        #: Every call: its messages (OpenAI format), model, max_tokens, temperature and tools;
+        #: none with ``keep_calls=False`` (a long benchmark would keep every prompt it sent).
         self.calls: list[dict[str, Any]] = []
+        self.keep_calls = keep_calls
         #: Per model (the call's, else the default one).
         self.stats: defaultdict[str, CallStats] = defaultdict(CallStats)
         #: (kind, how the call ended: "raised" / "answered" / "cancelled") -> calls.
@@ -174,15 +177,16 @@ class FakeLLM:
         tools: list[dict[str, Any]] | None = None,
     ) -> Completion:
         sent = [m.to_openai() if isinstance(m, Message) else dict(m) for m in messages]
-        self.calls.append(
-            {
-                "messages": sent,
-                "model": model,
-                "max_tokens": max_tokens,
-                "temperature": temperature,
-                "tools": tools,
-            }
-        )
+        if self.keep_calls:
+            self.calls.append(
+                {
+                    "messages": sent,
+                    "model": model,
+                    "max_tokens": max_tokens,
+                    "temperature": temperature,
+                    "tools": tools,
+                }
+            )
         stats = self.stats[model or self.default_model or ""]
         prompt_tokens = self.count_tokens(sent)
         stats.calls += 1

@@ -564,14 +564,7 @@ class SQLiteMemory:
     ) -> tuple[int, int]:
         """:func:`_append_rows`, the rows added to the snapshot reads kept."""
         epoch, last_seq = _append_rows(db, session_id, given)
-        self._reads.appended(
-            session_id,
-            epoch,
-            [
-                (last_seq + i, epoch, role, kind, body, tokens, None)
-                for i, (role, kind, body, tokens) in enumerate(given, 1)
-            ],
-        )
+        self._reads.appended(session_id, epoch, _rows_written(given, epoch, last_seq))
         return epoch, last_seq
 
     def _appended(
@@ -580,12 +573,9 @@ class SQLiteMemory:
         """The copies an append hands back, numbered; the rows it wrote go to the decoded rows
         (each with a copy of its own), so the next snapshot does not decode them again."""
         _numbered(out, epoch, last_seq)
+        rows = _rows_written(given, epoch, last_seq)
         self._decoded.add(
-            session_id,
-            [
-                ((last_seq + i, epoch, role, kind, body, tokens, None), copy_message(m))
-                for i, (m, (role, kind, body, tokens)) in enumerate(zip(out, given, strict=True), 1)
-            ],
+            session_id, [(row, copy_message(m)) for row, m in zip(rows, out, strict=True)]
         )
         return out
 
@@ -1049,6 +1039,14 @@ def _append_rows(db: sqlite3.Connection, session_id: str, given: list[_Given]) -
         ],
     )
     return epoch, last_seq
+
+
+def _rows_written(given: list[_Given], epoch: int, last_seq: int) -> list[_Row]:
+    """The rows :func:`_append_rows` wrote, as a read of the active rows returns them."""
+    return [
+        (last_seq + i, epoch, role, kind, body, tokens, None)
+        for i, (role, kind, body, tokens) in enumerate(given, 1)
+    ]
 
 
 def _numbered(out: list[Message], epoch: int, last_seq: int) -> list[Message]:

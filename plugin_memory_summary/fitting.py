@@ -23,6 +23,7 @@ __all__ = [
     "apply_caps",
     "excerpt_lines",
     "fit_lines",
+    "PayloadFitter",
     "fit_to_budget",
     "identifier_parts",
     "render_payload",
@@ -433,28 +434,62 @@ def fit_to_budget(
     binary search over it takes about log2(length) counts. The result always fits, except when
     even the empty rendering does not (``count_tokens("") > budget_tokens``): then the empty
     payload is returned. Always terminates."""
-    base = copy_payload(payload)
-    if count_tokens(render_payload(base, lang)) <= budget_tokens:
-        return base
-    states = _reduction_states(base)
-    cache: dict[int, tuple[SummaryPayload, bool]] = {}
+    return PayloadFitter(payload, count_tokens, lang).fit(budget_tokens)[0]
 
-    def fits(index: int) -> bool:
-        if index not in cache:
-            candidate = _materialize(base, states[index])
-            cache[index] = (
-                candidate,
-                count_tokens(render_payload(candidate, lang)) <= budget_tokens,
-            )
-        return cache[index][1]
 
-    low, high = 1, len(states) - 1  # states[0] (the original) does not fit
-    if high < low or not fits(high):
-        return SummaryPayload()
-    while low < high:
-        middle = (low + high) // 2
-        if fits(middle):
-            high = middle
-        else:
-            low = middle + 1
-    return cache[high][0]
+class PayloadFitter:
+    """:func:`fit_to_budget` for one payload at any number of budgets: the candidates already
+    rendered and counted are kept, and a later budget's search starts between the nearest of
+    them (a prompt that shrinks a little each call renders one or two candidates, not a whole
+    binary search). The payload is copied once; nothing of the caller's is kept."""
+
+    def __init__(
+        self, payload: SummaryPayload, count_tokens: Callable[[str], int], lang: str = "en"
+    ) -> None:
+        self._base = copy_payload(payload)
+        self._count = count_tokens
+        self._lang = lang
+        self._states: list[dict[str, int]] | None = None
+        #: Candidate index -> (payload, its rendering, its tokens); 0 is the payload itself.
+        self._known: dict[int, tuple[SummaryPayload, str, int]] = {}
+
+    def _candidate(self, index: int) -> tuple[SummaryPayload, str, int]:
+        known = self._known.get(index)
+        if known is None:
+            if index == 0:
+                candidate = self._base
+            else:
+                assert self._states is not None
+                candidate = _materialize(self._base, self._states[index])
+            text = render_payload(candidate, self._lang)
+            known = self._known[index] = (candidate, text, self._count(text))
+        return known
+
+    def rendering(self) -> str:
+        """The whole payload rendered (``render_payload``), made once."""
+        return self._candidate(0)[1]
+
+    def fit(self, budget_tokens: int) -> tuple[SummaryPayload, str]:
+        """The largest candidate whose rendering fits ``budget_tokens``, and that rendering (the
+        empty payload and ``""`` when none does). The payload returned is the fitter's: copy it
+        before changing it."""
+        whole = self._candidate(0)
+        if whole[2] <= budget_tokens:
+            return whole[0], whole[1]
+        if self._states is None:
+            self._states = _reduction_states(self._base)
+        last = len(self._states) - 1
+        if last < 1 or self._candidate(last)[2] > budget_tokens:
+            return SummaryPayload(), ""
+        # The search's bounds from what is known: ``high`` fits, everything known below ``low``
+        # does not (the candidates shrink in one order, so the answer is between them).
+        high = min(i for i, c in self._known.items() if c[2] <= budget_tokens)
+        low = 1 + max((i for i, c in self._known.items() if i < high and c[2] > budget_tokens))
+        while low < high:
+            middle = (low + high) // 2
+            if self._candidate(middle)[2] <= budget_tokens:
+                high = middle
+            else:
+                low = middle + 1
+        candidate, text, _ = self._candidate(high)
+        return candidate, text

@@ -10,13 +10,13 @@ from host_stub.services import LLMService
 
 from .config import MemorySummaryConfig
 from .decisions import fixed_tokens, summary_budget, tail_room_cap
-from .fitting import fit_to_budget, render_payload
+from .fitting import PayloadFitter
 from .hygiene import framing_overhead, wrap_summary_block
 from .record import SummaryRecord
 from .speed import SpeedBook
 from .text import cut_text
 
-__all__ = ["BLOCK_CACHE_SIZE", "COUNT_MEMO_SIZE", "TokenBook"]
+__all__ = ["BLOCK_CACHE_SIZE", "COUNT_MEMO_SIZE", "FITTERS_KEPT", "TokenBook"]
 
 #: Texts whose token count ``TokenBook.count`` remembers (summaries, blocks; a few per
 #: compression).
@@ -24,6 +24,10 @@ COUNT_MEMO_SIZE = 256
 
 #: Injected blocks kept (one per session, record version and budget).
 BLOCK_CACHE_SIZE = 4096
+
+#: Records whose smaller renderings are kept for the next budget (one per session and version;
+#: the most recently used).
+FITTERS_KEPT = 64
 
 BlockKey = tuple[str, int, int]
 
@@ -37,6 +41,7 @@ class TokenBook:
         #: Token counts of recent texts, oldest first.
         self._counted: dict[str, int] = {}
         self._blocks: dict[BlockKey, tuple[str, int]] = {}
+        self._fitters: dict[tuple[str, int], PayloadFitter] = {}
         #: How fast each summary model answered so far (sizes its calls to its timeout).
         self.speed = SpeedBook()
 
@@ -113,12 +118,12 @@ class TokenBook:
         wrap = functools.partial(wrap_summary_block, recall=self.recall)
         block = wrap(record.text, record.lang)
         tokens = self.count(block)
-        if tokens > budget and record.text == render_payload(record.payload, record.lang):
+        fitter = self._fitter(session_id, version, record) if tokens > budget else None
+        if fitter is not None and record.text == fitter.rendering():
             # Smaller by the record's own order of sacrifice: old excerpts and list items
             # before identifiers, whole items only.
             room = budget - self.framing_tokens(record.lang)
-            fitted = fit_to_budget(record.payload, room, self.count, record.lang)
-            block = wrap(render_payload(fitted, record.lang), record.lang)
+            block = wrap(fitter.fit(room)[1], record.lang)
             tokens = self.count(block)
         if tokens > budget:
             text = record.text
@@ -136,6 +141,19 @@ class TokenBook:
         self._blocks[key] = (block, tokens)
         return block, tokens
 
+    def _fitter(self, session_id: str, version: int, record: SummaryRecord) -> PayloadFitter:
+        """The record version's fitter: the smaller renderings made for earlier budgets are
+        reused (a prompt near the window's edge asks for a slightly different budget at each
+        call)."""
+        key = (session_id, version)
+        fitter = self._fitters.pop(key, None)
+        if fitter is None:
+            fitter = PayloadFitter(record.payload, self.count, record.lang)
+            while len(self._fitters) >= FITTERS_KEPT:
+                del self._fitters[next(iter(self._fitters))]  # the least recently used
+        self._fitters[key] = fitter
+        return fitter
+
     def _larger_that_fits(
         self, session_id: str, version: int, budget: int
     ) -> tuple[str, int] | None:
@@ -151,3 +169,4 @@ class TokenBook:
     def forget_blocks(self) -> None:
         """Drop every cached block (a clear or a rebuild rewrote records out of turn)."""
         self._blocks.clear()
+        self._fitters.clear()

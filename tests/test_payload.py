@@ -9,7 +9,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plugin_memory_summary.config import PayloadCaps
-from plugin_memory_summary.fitting import apply_caps, fit_to_budget, render_payload
+from plugin_memory_summary.fitting import (
+    PayloadFitter,
+    apply_caps,
+    fit_to_budget,
+    render_payload,
+)
 from plugin_memory_summary.identifiers import extract_identifiers
 from plugin_memory_summary.parsing import (
     parse_summary_output,
@@ -709,6 +714,63 @@ def test_fit_always_fits(payload: SummaryPayload, budget: int, lang: str) -> Non
     assert set(fitted.identifiers) <= set(payload.identifiers)
     assert set(fitted.pinned_facts) <= set(payload.pinned_facts)
     assert set(fitted.retrieval_hints) <= set(payload.retrieval_hints)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    payload=payloads,
+    budgets=st.lists(st.integers(min_value=0, max_value=600), min_size=1, max_size=8),
+    lang=st.sampled_from(["en", "zh"]),
+)
+def test_one_fitter_at_many_budgets_gives_what_a_fresh_fit_gives(
+    payload: SummaryPayload, budgets: list[int], lang: str
+) -> None:
+    """The renderings a fitter keeps from earlier budgets never change a later budget's answer
+    (a counter by length shrinks with the candidates, as tokens do), and it keeps no part of
+    the caller's payload."""
+    before = payload.model_copy(deep=True)
+    fitter = PayloadFitter(payload, by_thirds, lang)
+    for budget in budgets:
+        fitted, text = fitter.fit(budget)
+        assert fitted == fit_to_budget(payload, budget, by_thirds, lang)
+        assert text == (render_payload(fitted, lang) if fitted != SummaryPayload() else "")
+    assert fitter.rendering() == render_payload(payload, lang)
+    fitted, _ = fitter.fit(0)
+    fitted.identifiers.append("CHANGED")
+    payload.pinned_facts.append("changed too")
+    assert fitter.fit(10_000)[0] == before
+
+
+def test_a_fitter_renders_few_candidates_for_a_budget_near_an_earlier_one() -> None:
+    """A prompt near the window's edge asks for a slightly smaller block at each call: after the
+    first budget's search, each next one renders and counts a candidate or two, not a whole
+    binary search."""
+    calls = 0
+
+    def counter(text: str) -> int:
+        nonlocal calls
+        calls += 1
+        return by_thirds(text)
+
+    payload = SummaryPayload(
+        summary="\n".join(f"Summary line {i} about the trip and the bags." for i in range(30)),
+        stable_facts=[f"fact {i}" for i in range(6)],
+        timeline=[TimelineEvent(when=f"2024-05-{i:02d}", event=f"event {i}") for i in range(1, 13)],
+        identifiers=[f"ID{i:06d}" for i in range(40)],
+    )
+    fitter = PayloadFitter(payload, counter)
+    first = calls
+    fitter.fit(400)
+    fresh = calls - first
+    assert fresh >= 6
+    later = []
+    for budget in range(399, 360, -3):
+        calls = 0
+        fitted, _ = fitter.fit(budget)
+        assert fitted == fit_to_budget(payload, budget, by_thirds)
+        later.append(calls)
+    assert sum(later) <= len(later) * 3, later
+    assert sum(later) < fresh * len(later) / 2
 
 
 @settings(max_examples=100, deadline=None)

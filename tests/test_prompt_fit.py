@@ -18,7 +18,7 @@ from host_stub.messages import Message, ToolCall, ToolCallFunction, text_of, too
 from host_stub.prompt import apply_replacements
 from host_stub.services import MetadataEntry
 from host_stub.testing import FakeLLM, simple_count
-from plugin_memory_summary import contribution
+from plugin_memory_summary import contribution, fitting
 from plugin_memory_summary.config import MemorySummaryConfig, PayloadCaps
 from plugin_memory_summary.fitting import render_payload
 from plugin_memory_summary.prompt_fit import MESSAGE_OVERHEAD, Fit, fit_margin, fit_prompt
@@ -26,7 +26,7 @@ from plugin_memory_summary.record import SummaryRecord, build_record, dump_recor
 from plugin_memory_summary.rules import rules_merge
 from plugin_memory_summary.state import SessionState
 from plugin_memory_summary.summary_model import Excerpt, SummaryPayload
-from plugin_memory_summary.tokens import TokenBook
+from plugin_memory_summary.tokens import FITTERS_KEPT, TokenBook
 
 
 def count(text: str) -> int:
@@ -199,6 +199,52 @@ def test_a_block_that_fits_a_smaller_budget_is_not_rendered_again() -> None:
     counted.clear()
     smaller, fewer = book.block("s", 1, record, tokens - 1)  # no longer fits: made anew
     assert fewer <= tokens - 1 and smaller != block and counted
+
+
+def test_blocks_for_ever_smaller_budgets_reuse_the_records_smaller_renderings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Below what the last block fits, a new block is made, but from the renderings the record's
+    earlier budgets made: a candidate or two rendered per budget, not a whole search (a tight
+    window asked for a new budget at most calls, 2-5 ms each). The same blocks as a fresh book
+    gives; the renderings are kept for the most recent records only, and dropped with the
+    blocks."""
+    payload = SummaryPayload(
+        summary="Messages #1-#90 summarized.",
+        excerpts=[
+            Excerpt(seq=i, part=1, speaker="User", text=f"I would like sentence number {i} kept")
+            for i in range(1, 40)
+        ],
+    )
+    record = _record(payload)
+    rendered: list[SummaryPayload] = []
+    render = fitting.render_payload
+
+    def counting_render(p: SummaryPayload, lang: str = "en") -> str:
+        rendered.append(p)
+        return render(p, lang)
+
+    book = TokenBook(MemorySummaryConfig(), FakeLLM())
+    _, full_tokens = book.block("s", 1, record, 100_000)
+    budget = full_tokens // 2
+    book.block("s", 1, record, budget)
+    per_budget = []
+    while budget > full_tokens // 4:
+        budget = book.block("s", 1, record, budget)[1] - 1  # just below the last block
+        with monkeypatch.context() as m:
+            m.setattr(fitting, "render_payload", counting_render)
+            rendered.clear()
+            made = book.block("s", 1, record, budget)
+            per_budget.append(len(rendered))
+        assert made == TokenBook(MemorySummaryConfig(), FakeLLM()).block("s", 1, record, budget)
+    assert len(per_budget) >= 5
+    assert sum(per_budget) <= 2.5 * len(per_budget), per_budget
+    for version in range(2, FITTERS_KEPT + 10):
+        book.block("s", version, record, budget)
+    assert len(book._fitters) == FITTERS_KEPT
+    assert ("s", 1) not in book._fitters
+    book.forget_blocks()
+    assert not book._fitters
 
 
 def test_a_smaller_block_already_made_is_given_without_reading_the_record_again(

@@ -45,7 +45,7 @@ def test_log_lines_wait_for_the_end_of_a_streaming_reply() -> None:
     import io
     import logging
 
-    from host_stub.cli import HeldLogLines
+    from host_stub.chat import HeldLogLines
 
     out = io.StringIO()
     handler = logging.StreamHandler(out)

@@ -23,9 +23,9 @@ __all__ = [
     "apply_caps",
     "excerpt_lines",
     "fit_lines",
-    "PayloadFitter",
     "fit_to_budget",
     "identifier_parts",
+    "PayloadFitter",
     "render_payload",
     "unsaid_identifiers",
 ]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from host_stub.messages import Message, text_of
 
-from .pruning import Grouped, cut_result, group, group_replacements
+from .pruning import Grouped, cut_result, group, prune_replacements
 
 __all__ = ["MESSAGE_OVERHEAD", "Fit", "fit_margin", "fit_prompt", "short_placeholder"]
 
@@ -71,67 +71,39 @@ def fit_prompt(
     limit = window - fit_margin(window)
     counter = count_shown or (lambda _m, text: count_tokens(text) + MESSAGE_OVERHEAD)
     grouped = group(messages)
-    conv, groups = grouped
-    # Each group's replacements as an old group and as a kept one, and what they change in the
-    # prompt's tokens, made once: a deeper cut moves one group from kept to old, so trying every
-    # depth costs one group's work each, not a pruning and a count of the whole history.
-    parts: dict[tuple[int, bool], tuple[dict[int, str], int]] = {}
-
-    def part(g: int, old: bool) -> tuple[dict[int, str], int]:
-        known = parts.get((g, old))
-        if known is None:
-            start, end, _ = groups[g]
-            replaced = group_replacements(
-                conv,
-                groups[g],
-                old=old,
-                max_result_tokens=max_result_tokens,
-                count_tokens=count_tokens,
-                recall=recall,
-                memo=memo,
-            )
-            change = sum(
-                counter(m, replaced[m.seq]) - _shown_tokens(m, {}, counter)
-                for m in conv[start + 1 : end]
-                if m.seq is not None and m.seq in replaced
-            )
-            known = parts[(g, old)] = (replaced, change)
-        return known
-
-    def depth(keep: int) -> list[tuple[dict[int, str], int]]:
-        first_kept = len(groups) - max(0, keep)
-        return [part(g, g < first_kept) for g in range(len(groups))]
 
     def prune(keep: int) -> dict[int, str]:
-        out: dict[int, str] = {}
-        for replaced, _ in depth(keep):
-            out.update(replaced)
-        return out
-
-    whole = fixed + sum(_shown_tokens(m, {}, counter) for m in messages)
-
-    def shown_at(keep: int) -> int:
-        return whole + sum(change for _, change in depth(keep))
+        return prune_replacements(
+            messages,
+            keep_tool_groups=keep,
+            max_result_tokens=max_result_tokens,
+            count_tokens=count_tokens,
+            recall=recall,
+            memo=memo,
+            grouped=grouped,
+        )
 
     def shown(replacements: dict[int, str]) -> int:
         return fixed + sum(_shown_tokens(m, replacements, counter) for m in messages)
 
-    total = shown_at(keep_tool_groups) + block_tokens
+    replacements = prune(keep_tool_groups)
+    total = shown(replacements) + block_tokens
     target = limit if prune_to is None else min(limit, prune_to)
     if total <= target:
-        return Fit(prune(keep_tool_groups))
+        return Fit(replacements)
+    groups = len(grouped[1])
     if total <= limit:
-        for keep in range(min(keep_tool_groups, len(groups)) - 1, 0, -1):
-            if shown_at(keep) + block_tokens <= target:
-                return Fit(prune(keep))
-        return Fit(prune(keep_tool_groups))
-    keep = keep_tool_groups
-    for keep in range(min(keep_tool_groups, len(groups)) - 1, 0, -1):
-        if shown_at(keep) + block_tokens <= limit:
-            return Fit(prune(keep))
-    replacements = prune(keep)
+        for keep in range(min(keep_tool_groups, groups) - 1, 0, -1):
+            deeper = prune(keep)
+            if shown(deeper) + block_tokens <= target:
+                return Fit(deeper)
+        return Fit(replacements)
+    for keep in range(min(keep_tool_groups, groups) - 1, 0, -1):
+        replacements = prune(keep)
+        if shown(replacements) + block_tokens <= limit:
+            return Fit(replacements)
     floor = block_tokens // 2
-    rest = shown_at(keep)
+    rest = shown(replacements)
     if rest + floor <= limit:
         return Fit(replacements, limit - rest)
     # A turn of many tool calls: even one line per old result is too much; a few words each.

@@ -25,7 +25,6 @@ __all__ = [
     "configured_replacements",
     "cut_result",
     "group",
-    "group_replacements",
     "prune_replacements",
     "pruned_costs",
     "result_limit",
@@ -97,66 +96,38 @@ def prune_replacements(
     conv, groups = grouped if grouped is not None else group(messages)
     old = len(groups) - max(0, keep_tool_groups)
     out: dict[int, str] = {}
-    for g, span in enumerate(groups):
-        out.update(
-            group_replacements(
-                conv,
-                span,
-                old=g < old,
-                max_result_tokens=max_result_tokens,
-                count_tokens=count_tokens,
-                recall=recall,
-                memo=memo,
-            )
-        )
-    return out
-
-
-def group_replacements(
-    conv: Sequence[Message],
-    span: tuple[int, int, bool],
-    *,
-    old: bool,
-    max_result_tokens: int | None,
-    count_tokens: Callable[[str], int],
-    recall: bool = True,
-    memo: dict[tuple[object, ...], tuple[str, int]] | None = None,
-) -> dict[int, str]:
-    """:func:`prune_replacements` of one tool-call group (``span``, one of ``group``'s), as an
-    ``old`` group (placeholders) or as one of the newest (cuts of results over the limit)."""
-    start, end, _complete = span
-    calls = {c.id: c.function for c in conv[start].tool_calls or []}
-    out: dict[int, str] = {}
-    for reply in conv[start + 1 : end]:
-        if reply.seq is None:
-            continue
-        tokens = reply.tokens
-        if tokens is None:
-            tokens = count_tokens(text_of(reply.content))
-        function = calls.get(str(reply.tool_call_id))
-        if old:
-            key = (
-                reply.seq,
-                tokens,
-                recall,
-                function.name if function else None,
-                function.arguments if function else None,
-            )
-            known = memo.get(key) if memo is not None else None
-            if known is None:
-                call = _digest(function.name, function.arguments) if function else "a tool"
-                line = placeholder(reply.seq, call, tokens, recall)
-                known = (line, count_tokens(line))
-                if memo is not None:
-                    if len(memo) >= 65_536:
-                        memo.clear()
-                    memo[key] = known
-            if known[1] < tokens:
-                out[reply.seq] = known[0]
-        elif max_result_tokens is not None and tokens > max_result_tokens:
-            cut = cut_result(reply, max_result_tokens, count_tokens, recall)
-            if count_tokens(cut) < tokens:  # a cut never makes a result longer
-                out[reply.seq] = cut
+    for g, (start, end, _complete) in enumerate(groups):
+        calls = {c.id: c.function for c in conv[start].tool_calls or []}
+        for reply in conv[start + 1 : end]:
+            if reply.seq is None:
+                continue
+            tokens = reply.tokens
+            if tokens is None:
+                tokens = count_tokens(text_of(reply.content))
+            function = calls.get(str(reply.tool_call_id))
+            if g < old:
+                key = (
+                    reply.seq,
+                    tokens,
+                    recall,
+                    function.name if function else None,
+                    function.arguments if function else None,
+                )
+                known = memo.get(key) if memo is not None else None
+                if known is None:
+                    call = _digest(function.name, function.arguments) if function else "a tool"
+                    line = placeholder(reply.seq, call, tokens, recall)
+                    known = (line, count_tokens(line))
+                    if memo is not None:
+                        if len(memo) >= 65_536:
+                            memo.clear()
+                        memo[key] = known
+                if known[1] < tokens:
+                    out[reply.seq] = known[0]
+            elif max_result_tokens is not None and tokens > max_result_tokens:
+                cut = cut_result(reply, max_result_tokens, count_tokens, recall)
+                if count_tokens(cut) < tokens:  # a cut never makes a result longer
+                    out[reply.seq] = cut
     return out
 
 

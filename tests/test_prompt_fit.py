@@ -11,8 +11,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from plugin_harness import plugin_host
 
 from host_stub.hookspecs import PromptView
@@ -24,7 +22,6 @@ from plugin_memory_summary import contribution, fitting
 from plugin_memory_summary.config import MemorySummaryConfig, PayloadCaps
 from plugin_memory_summary.fitting import render_payload
 from plugin_memory_summary.prompt_fit import MESSAGE_OVERHEAD, Fit, fit_margin, fit_prompt
-from plugin_memory_summary.pruning import prune_replacements
 from plugin_memory_summary.record import SummaryRecord, build_record, dump_record
 from plugin_memory_summary.rules import rules_merge
 from plugin_memory_summary.state import SessionState
@@ -404,112 +401,3 @@ def test_past_the_soft_mark_old_tool_groups_give_way_when_that_alone_brings_it_u
     # the compression decides.
     out = under(prune_to=600)
     assert out.replacements == configured.replacements  # type: ignore[attr-defined]
-
-
-def _fit_by_whole_prunings(
-    messages: list[Message],
-    *,
-    window: int,
-    fixed: int,
-    block_tokens: int,
-    keep_tool_groups: int,
-    max_result_tokens: int | None,
-    prune_to: int | None,
-) -> tuple[dict[int, str], bool] | None:
-    """The fit's tier-1 answer the plain way (a whole pruning and a count of the whole history
-    at each depth): the replacements, and whether the block keeps its full size; ``None`` when
-    the prompt needs more than old groups as placeholders."""
-    limit = window - fit_margin(window)
-
-    def prune(keep: int) -> dict[int, str]:
-        return prune_replacements(
-            messages,
-            keep_tool_groups=keep,
-            max_result_tokens=max_result_tokens,
-            count_tokens=count,
-        )
-
-    def shown(replacements: dict[int, str]) -> int:
-        return fixed + shown_total(messages, replacements)
-
-    groups = len(tool_groups([m for m in messages if m.role != "system"]))
-    total = shown(prune(keep_tool_groups)) + block_tokens
-    target = limit if prune_to is None else min(limit, prune_to)
-    if total <= target:
-        return prune(keep_tool_groups), True
-    if total <= limit:
-        for keep in range(min(keep_tool_groups, groups) - 1, 0, -1):
-            if shown(prune(keep)) + block_tokens <= target:
-                return prune(keep), True
-        return prune(keep_tool_groups), True
-    for keep in range(min(keep_tool_groups, groups) - 1, 0, -1):
-        if shown(prune(keep)) + block_tokens <= limit:
-            return prune(keep), True
-    return None
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    sizes=st.lists(st.lists(st.integers(1, 120), min_size=1, max_size=3), max_size=9),
-    room=st.floats(0.3, 1.2),
-    block=st.integers(0, 800),
-    keep=st.integers(0, 10),
-    limit=st.one_of(st.none(), st.integers(20, 200)),
-    soft=st.one_of(st.none(), st.floats(0.3, 1.0)),
-)
-def test_the_fit_finds_what_whole_prunings_at_each_depth_find(
-    sizes: list[list[int]],
-    room: float,
-    block: int,
-    keep: int,
-    limit: int | None,
-    soft: float | None,
-) -> None:
-    """The fit tries deeper cuts one group at a time from each group's own replacements; its
-    answer is the one a whole pruning and count of the history at each depth gives."""
-    messages = [Message(role="user", content="look up my bookings", seq=1, tokens=6)]
-    for g, results in enumerate(sizes):
-        calls = [
-            ToolCall(id=f"c{g}-{r}", function=ToolCallFunction(name="get", arguments="{}"))
-            for r in range(len(results))
-        ]
-        messages.append(
-            Message(role="assistant", tool_calls=calls, seq=len(messages) + 1, tokens=20)
-        )
-        for r, words in enumerate(results):
-            text = " ".join(f"g{g}r{r}w{i}" for i in range(words))
-            messages.append(
-                Message(
-                    role="tool",
-                    tool_call_id=f"c{g}-{r}",
-                    content=text,
-                    seq=len(messages) + 1,
-                    tokens=count(text) + MESSAGE_OVERHEAD,
-                )
-            )
-    # A window about the prompt's size: it fits, or needs some depth of cut, or more.
-    window = max(100, int((100 + shown_total(messages, {}) + block) * room))
-    prune_to = None if soft is None else int(window * soft)
-    got = fit_prompt(
-        messages,
-        window=window,
-        fixed=100,
-        block_tokens=block,
-        keep_tool_groups=keep,
-        max_result_tokens=limit,
-        count_tokens=count,
-        prune_to=prune_to,
-    )
-    expected = _fit_by_whole_prunings(
-        messages,
-        window=window,
-        fixed=100,
-        block_tokens=block,
-        keep_tool_groups=keep,
-        max_result_tokens=limit,
-        prune_to=prune_to,
-    )
-    if expected is not None:
-        assert (got.replacements, got.block_budget is None) == expected
-    else:
-        assert got.block_budget is not None

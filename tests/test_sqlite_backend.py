@@ -269,51 +269,6 @@ async def test_a_short_call_waits_for_the_worker_when_it_holds_the_connection(
     assert snap.first_seq == 5 and snap.record is not None
 
 
-async def test_a_call_made_during_a_commit_does_not_wait_for_the_index_to_catch_up(
-    memory: SQLiteMemory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A compression's commit and the search index's catch-up behind it are two transactions:
-    a turn's call that comes while the commit runs goes between them, and waits for the commit
-    only (it waited for both, and the catch-up indexes every message stored since the last
-    search: most of a commit's time). The index still catches up, and search finds the
-    archived messages."""
-    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
-    await memory.append(SESSION, [user(f"{word} m{i}") for i, word in enumerate(words)])
-    inside, release = threading.Event(), threading.Event()
-    order: list[str] = []
-    archive, catch_up = sqlite_backend._archive, sqlite_backend._catch_up  # noqa: SLF001
-    append_rows = sqlite_backend._append_rows  # noqa: SLF001
-
-    def held_archive(db: sqlite3.Connection, *args: Any) -> None:
-        inside.set()
-        release.wait(10)
-        archive(db, *args)
-
-    def logged_catch_up(db: sqlite3.Connection, session_id: str) -> None:
-        order.append("catch-up")
-        catch_up(db, session_id)
-
-    def logged_append(db: sqlite3.Connection, *args: Any) -> Any:
-        order.append("append")
-        return append_rows(db, *args)
-
-    monkeypatch.setattr(sqlite_backend, "_archive", held_archive)
-    monkeypatch.setattr(sqlite_backend, "_catch_up", logged_catch_up)
-    monkeypatch.setattr(sqlite_backend, "_append_rows", logged_append)
-    task = asyncio.create_task(memory.commit_compression(SESSION, {"text": "S"}, 0, 4, epoch=0))
-    await asyncio.to_thread(inside.wait, 10)
-    append = asyncio.create_task(memory.append(SESSION, [user("late")]))
-    await asyncio.sleep(0.05)
-    assert not append.done()  # the commit holds the connection
-    release.set()
-    assert await task is True
-    [late] = await append
-    assert late.seq == 7
-    hits = await memory.search(SESSION, "gamma")  # queued behind the catch-up
-    assert hits[0].message.seq == 3 and hits[0].message.archived == "summarized"
-    assert order == ["append", "catch-up"]  # caught up after the commit: the search had nothing
-
-
 async def test_with_a_trace_callback_every_call_runs_in_the_worker(
     traced: tuple[SQLiteMemory, Trace],
 ) -> None:
@@ -339,9 +294,6 @@ async def test_a_call_runs_its_statements_in_one_transaction_in_the_worker_threa
         (lambda: memory.append(SESSION, [user("a"), user("b")]), "BEGIN IMMEDIATE"),
         (lambda: memory.acquire_lease("L", 5.0), "BEGIN IMMEDIATE"),
     ]:
-        # The search index's catch-up an archive queues is a transaction of its own, after it:
-        # a call behind it in the worker lets it finish first.
-        await memory.get_epoch(SESSION)
         trace.clear()
         await call()
         sql = trace.sql()

@@ -9,9 +9,8 @@ snapshot. Any exception inside a transaction rolls it back.
 
 One call, one thread hop at most. An instance owns one ``sqlite3`` connection and one worker
 thread (a ``ThreadPoolExecutor`` with a single worker). Each public method hands the worker ONE
-synchronous function that it waits for, which runs its whole transaction (``BEGIN`` ...
-``COMMIT``) and returns plain values, so a call costs one hop to the thread and back however
-many statements it runs (an archive also queues the search index's catch-up, see below). Rows
+synchronous function that runs its whole transaction (``BEGIN`` ... ``COMMIT``) and returns plain
+values, so a call costs one hop to the thread and back however many statements it runs. Rows
 become ``Message`` and ``MetadataEntry`` objects on the event loop, after the transaction:
 decoding them in the worker instead measured no faster (the GIL runs it one thread at a time
 either way) and was slower in whole turns. The worker runs the jobs one after another in the
@@ -63,10 +62,8 @@ space-joined) holds a session's entries as one rowid range (``key << 32 | seq``)
 ``search_terms`` (each term's document frequency in each session), written in the transactions
 that write the entries. An append does not index (the turn waits for appends): the session's
 messages after ``sessions.indexed_seq`` are indexed by ``_catch_up``, run by a search or range
-read first (its own write transaction, only when something waits), right after an archive
-(``commit_compression``, ``trim_history``: background work) as a job of its own that the call
-queues and does not wait for (a turn's call that came during the archive goes before it, so it
-waits for the archive only), and inside the transaction that deletes. A search
+read first (its own write transaction, only when something waits) and inside the transactions
+that archive (``commit_compression``, ``trim_history``: background work) or delete. A search
 follows ``search_plan.plan_search``: it reads the planned lists and conjunctions
 (``group_concat`` of the rowids; ``ORDER BY rowid DESC LIMIT k`` for the newest of one term; an
 ``AND`` query read whole, its newest kept, as FTS5 walks those backwards slowly), probes the
@@ -84,7 +81,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import sqlite3
 import threading
 import time
@@ -234,8 +230,6 @@ _MESSAGE_COLUMNS = "seq, epoch, role, kind, body, tokens, archived"
 _PREFIXED_COLUMNS = ", ".join(f"m.{c}" for c in _MESSAGE_COLUMNS.split(", "))
 #: A metadata row: ``(namespace, key, value, version, deleted, updated_at)``.
 _METADATA_COLUMNS = "namespace, key, value, version, deleted, updated_at"
-
-log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 _Row = tuple[Any, ...]
@@ -685,13 +679,12 @@ class SQLiteMemory:
                 (session_id,),
             ).fetchall()
             seqs = select_trim(rows, keep_recent, up_to_seq)
+            if seqs:
+                _catch_up(db, session_id)  # background work: the index catches up here
             _archive(db, session_id, seqs, reason, time.time())
             return seqs
 
-        seqs = await self._call(job, write=True)
-        if seqs:
-            self._index_later(session_id)
-        return seqs
+        return await self._call(job, write=True)
 
     async def commit_compression(
         self,
@@ -714,6 +707,7 @@ class SQLiteMemory:
                 return False
             now = time.time()
             _write_metadata(db, namespace, session_id, value, now)
+            _catch_up(db, session_id)  # background work: the index catches up here
             rows = db.execute(
                 "SELECT seq FROM messages INDEXED BY messages_active"
                 " WHERE session_id = ? AND archived IS NULL"
@@ -723,29 +717,7 @@ class SQLiteMemory:
             _archive(db, session_id, [seq for (seq,) in rows], "summarized", now)
             return True
 
-        won = await self._call(job, write=True)
-        if won:
-            self._index_later(session_id)
-        return won
-
-    def _index_later(self, session_id: str) -> None:
-        """After an archive: queue the search index's catch-up (what the session stored since
-        the last one) as a job of its own in the worker, not awaited. A turn's call that came
-        while the archive ran is ahead of it in the queue and waits for the archive only, not
-        for the indexing too (most of a commit's time). Not queued once the store is closing;
-        a catch-up that does not happen is done by the next search or range read, which catch
-        up first."""
-        if self._closed or self._executor is None:
-            return
-        self._executor.submit(self._holding, self._catch_up_now, session_id)
-
-    def _catch_up_now(self, session_id: str) -> None:
-        """Worker thread: :func:`_catch_up` in a transaction of its own; a failure is logged
-        (nobody waits for it) and left to the next search."""
-        try:
-            self._transaction(lambda db: _catch_up(db, session_id), True)
-        except Exception as exc:
-            log.warning("session %s: the search index did not catch up: %s", session_id, exc)
+        return await self._call(job, write=True)
 
     # -- metadata -----------------------------------------------------------------------------
 
@@ -1142,8 +1114,7 @@ def _previous_terms(
 
 def _catch_up(db: sqlite3.Connection, session_id: str) -> None:
     """Index the session's messages stored after ``indexed_seq`` (appends do not index: the
-    turn does not wait for it); a search or range read runs this first, an archive right after
-    its own transaction (``_index_later``), a deletion inside its own (before unindexing)."""
+    turn does not wait for it); a search or range read runs this first, an archive with it."""
     row = _one(db, "SELECT indexed_seq, last_seq FROM sessions WHERE session_id = ?", (session_id,))
     if row is None or row[0] >= row[1]:
         return

@@ -29,6 +29,17 @@ def by_thirds(text: str) -> int:
     return len(text) // 3 + 1
 
 
+class CountingByThirds:
+    """:func:`by_thirds`, counting its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, text: str) -> int:
+        self.calls += 1
+        return by_thirds(text)
+
+
 # --- extract_identifiers ----------------------------------------------------------------------
 
 
@@ -649,13 +660,7 @@ def test_fit_returns_empty_when_nothing_fits() -> None:
 
 
 def test_fit_uses_few_counts_on_a_large_payload() -> None:
-    calls = 0
-
-    def counter(text: str) -> int:
-        nonlocal calls
-        calls += 1
-        return by_thirds(text)
-
+    counter = CountingByThirds()
     payload = SummaryPayload(
         summary="\n".join(f"Summary line {i} about the trip and the bags." for i in range(30)),
         conversation_goal="g" * 120,
@@ -667,10 +672,10 @@ def test_fit_uses_few_counts_on_a_large_payload() -> None:
         pinned_facts=["pinned"],
     )
     for budget in (50, 150, 300, 500):
-        calls = 0
+        counter.calls = 0
         fitted = fit_to_budget(payload, budget, counter)
         assert by_thirds(render_payload(fitted)) <= budget
-        assert calls <= 12
+        assert counter.calls <= 12
 
 
 texts = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=60)
@@ -743,13 +748,7 @@ def test_a_fitter_renders_few_candidates_for_a_budget_near_an_earlier_one() -> N
     """A prompt near the window's edge asks for a slightly smaller block at each call: after the
     first budget's search, each next one renders and counts a candidate or two, not a whole
     binary search."""
-    calls = 0
-
-    def counter(text: str) -> int:
-        nonlocal calls
-        calls += 1
-        return by_thirds(text)
-
+    counter = CountingByThirds()
     payload = SummaryPayload(
         summary="\n".join(f"Summary line {i} about the trip and the bags." for i in range(30)),
         stable_facts=[f"fact {i}" for i in range(6)],
@@ -757,16 +756,16 @@ def test_a_fitter_renders_few_candidates_for_a_budget_near_an_earlier_one() -> N
         identifiers=[f"ID{i:06d}" for i in range(40)],
     )
     fitter = PayloadFitter(payload, counter)
-    first = calls
+    first = counter.calls
     fitter.fit(400)
-    fresh = calls - first
+    fresh = counter.calls - first
     assert fresh >= 6
     later = []
     for budget in range(399, 360, -3):
-        calls = 0
+        counter.calls = 0
         fitted, _ = fitter.fit(budget)
         assert fitted == fit_to_budget(payload, budget, by_thirds)
-        later.append(calls)
+        later.append(counter.calls)
     assert sum(later) <= len(later) * 3, later
     assert sum(later) < fresh * len(later) / 2
 

@@ -166,18 +166,26 @@ def test_a_smaller_block_drops_whole_items_and_keeps_every_identifier() -> None:
     assert "sentence number 39 kept" in small and "sentence number 1 kept" not in small
 
 
+def _excerpts_record() -> SummaryRecord:
+    """A record of 39 quoted sentences, whose block shrinks by whole excerpts."""
+    return _record(
+        SummaryPayload(
+            summary="Messages #1-#90 summarized.",
+            excerpts=[
+                Excerpt(
+                    seq=i, part=1, speaker="User", text=f"I would like sentence number {i} kept"
+                )
+                for i in range(1, 40)
+            ],
+        )
+    )
+
+
 def test_a_block_that_fits_a_smaller_budget_is_not_rendered_again() -> None:
     """A prompt that shrinks a little (a budget 32 tokens lower) gets the block made for the
     larger budget when that one fits: the same block a new rendering would give, without the
     renderings and counts (several milliseconds at a model call)."""
-    payload = SummaryPayload(
-        summary="Messages #1-#90 summarized.",
-        excerpts=[
-            Excerpt(seq=i, part=1, speaker="User", text=f"I would like sentence number {i} kept")
-            for i in range(1, 40)
-        ],
-    )
-    record = _record(payload)
+    record = _excerpts_record()
     counted: list[str] = []
 
     class Counting(FakeLLM):
@@ -209,14 +217,7 @@ def test_blocks_for_ever_smaller_budgets_reuse_the_records_smaller_renderings(
     window asked for a new budget at most calls, 2-5 ms each). The same blocks as a fresh book
     gives; the renderings are kept for the most recent records only, and dropped with the
     blocks."""
-    payload = SummaryPayload(
-        summary="Messages #1-#90 summarized.",
-        excerpts=[
-            Excerpt(seq=i, part=1, speaker="User", text=f"I would like sentence number {i} kept")
-            for i in range(1, 40)
-        ],
-    )
-    record = _record(payload)
+    record = _excerpts_record()
     rendered: list[SummaryPayload] = []
     render = fitting.render_payload
 

@@ -66,6 +66,7 @@ from verdict import peer_dominates, split_steps, verdict_checks  # noqa: E402
 
 from host_stub import signals  # noqa: E402
 from host_stub.datasets import Conversation, load_locomo, load_tau_bench  # noqa: E402
+from host_stub.host import WARMING_UP  # noqa: E402
 from host_stub.testing import CallStats  # noqa: E402
 
 PEER_PACKAGES = ("langchain", "langchain-core", "langgraph", "langmem")
@@ -346,7 +347,7 @@ def instrument(host: Any, steps: list[float]) -> None:
             try:
                 return await fn(*args, **kwargs)
             finally:
-                if steps:
+                if steps and not WARMING_UP.get():
                     steps[-1] += time.perf_counter() - start
 
         return wrapper
@@ -387,7 +388,7 @@ def time_plugin_code(steps: list[float], blocking: list[int]) -> Iterator[None]:
     depth = [0]
 
     def add(elapsed: float) -> None:
-        if steps:
+        if steps and not WARMING_UP.get():  # a next prompt built in the background: no step's
             steps[-1] += elapsed
 
     def timed(fn: Any) -> Any:

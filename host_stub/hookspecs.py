@@ -174,7 +174,9 @@ def chat_commands(
 
 @hookspec
 def agent_prompt(view: PromptView) -> list[Contribution] | Contribution | None:
-    """:return: system-prompt contributions for this model call; may be async."""
+    """:return: system-prompt contributions for this model call; may be async. A view with
+    ``dry_run`` is a prompt built and not sent (a token report; the host building a session's
+    next prompt after a compression archived part of it, to count it before the turn needs it)."""
 
 
 @hookspec

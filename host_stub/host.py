@@ -9,6 +9,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,9 +37,13 @@ from .services import LLMService, MemoryService, OpensAtStart, Snapshot
 from .session_ids import check_session_id
 from .tools import ToolRegistry
 
-__all__ = ["Host", "MemoryMessageArchive", "TurnResult", "open_host"]
+__all__ = ["WARMING_UP", "Host", "MemoryMessageArchive", "TurnResult", "open_host"]
 
 log = logging.getLogger("host_stub.host")
+
+#: True in the task that builds a session's next prompt in the background after an archive
+#: (see ``Host._archived``): work done there is not part of any turn.
+WARMING_UP: ContextVar[bool] = ContextVar("warming_up", default=False)
 
 #: Used to size the window and count tokens when the host has no chat model (replay only).
 REPLAY_MODEL = "gpt-4o-mini"
@@ -52,6 +57,9 @@ CONTRIBUTION_COUNTS = 256
 #: Replaced history messages (placeholders, cut tool results) whose shown token counts the host
 #: keeps, over all sessions.
 SHOWN_COUNTS = 4096
+#: Prompt messages that are not history messages (the system message with the contributions
+#: merged in) whose token counts the host keeps, over all sessions.
+WIRE_COUNTS = 256
 
 
 @dataclass
@@ -95,6 +103,8 @@ _WRITES = (
     "delete_messages",
     "forget",
 )
+#: The writes that archive messages (they return what they archived, or whether they won).
+_ARCHIVES = ("trim_history", "commit_compression")
 
 
 class WriteCounter:
@@ -102,23 +112,30 @@ class WriteCounter:
     wrapped on the instance: the object, its class and its identity stay what they were).
 
     The host compares the count before and after ``before_model_call`` to tell whether the
-    prompt must be built again, instead of reading a second snapshot after every hook."""
+    prompt must be built again, instead of reading a second snapshot after every hook.
+    ``archived(session_id)`` is called after each write that archived messages of a session
+    (a compression's commit or a trim that took effect)."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, archived: Callable[[str], None] | None = None) -> None:
         self.counts: dict[str, int] = {}
         for name in _WRITES:
             method = getattr(store, name, None)
             if method is not None:
-                setattr(store, name, self._wrap(method))
+                setattr(store, name, self._wrap(method, archived if name in _ARCHIVES else None))
 
-    def _wrap(self, method: Callable[..., Any]) -> Callable[..., Any]:
+    def _wrap(
+        self, method: Callable[..., Any], archived: Callable[[str], None] | None
+    ) -> Callable[..., Any]:
         counts = self.counts
 
         async def write(session_id: str, *args: Any, **kwargs: Any) -> Any:
             try:
-                return await method(session_id, *args, **kwargs)
+                done = await method(session_id, *args, **kwargs)
             finally:
                 counts[session_id] = counts.get(session_id, 0) + 1
+            if done and archived is not None:
+                archived(session_id)
+            return done
 
         write.__name__ = getattr(method, "__name__", "write")
         write.__doc__ = getattr(method, "__doc__", None)
@@ -182,6 +199,13 @@ class Host:
         self._text_counts: OrderedDict[str, int] = OrderedDict()
         #: Tokens of the history messages plugins replaced lately, as shown (see ``_pruned``).
         self._shown_counts: OrderedDict[tuple[Any, ...], int] = OrderedDict()
+        #: Tokens of the prompt messages lately counted that carry no stored count (see
+        #: ``_wire_count``).
+        self._wire_counts: OrderedDict[tuple[Any, ...], int] = OrderedDict()
+        #: Per session, the prompt build that follows an archive in the background (see
+        #: ``_archived``), and the sessions whose model call is being prepared.
+        self._warming: dict[str, asyncio.Task[None]] = {}
+        self._preparing: set[str] = set()
         self._tool_def_tokens: int | None = None
         #: Names of the tools plugins added through ``agent_tools``.
         self.plugin_tools: set[str] = set()
@@ -257,7 +281,7 @@ class Host:
                         await store.close()
                 raise
         await self._resolve_window()
-        self._writes = WriteCounter(self.memory)
+        self._writes = WriteCounter(self.memory, self._archived)
         self.message_archive = MemoryMessageArchive(self.memory)
         self.pm = pm
         self.plugins = loaded
@@ -326,6 +350,10 @@ class Host:
                 except Exception:
                     log.exception("plugin shutdown failed")
         self._started = False
+        warming = list(self._warming.values())
+        for task in warming:
+            task.cancel()
+        await asyncio.gather(*warming, return_exceptions=True)
         if self._memory is not None:
             await self._memory.close()
 
@@ -341,6 +369,22 @@ class Host:
     def _count_wire(self, message: Mapping[str, Any]) -> int:
         """One OpenAI-format message, counted as a stored message is."""
         return self.llm.count_tokens([dict(message)], self.model)
+
+    def _wire_count(self, message: Mapping[str, Any]) -> int:
+        """:meth:`_count_wire`, remembered for the last few plain messages counted (the
+        system message with a new summary block merged in is counted once, by the prompt
+        build that follows the compression in the background, not again by the turn)."""
+        key = wire_key(message)
+        if key is None:
+            return self._count_wire(message)
+        n = self._wire_counts.get(key)
+        if n is None:
+            n = self._wire_counts[key] = self._count_wire(message)
+            while len(self._wire_counts) > WIRE_COUNTS:
+                self._wire_counts.popitem(last=False)
+        else:
+            self._wire_counts.move_to_end(key)
+        return n
 
     def context_window(self) -> int:
         """The chat model's window, in the provider's tokens."""
@@ -463,11 +507,12 @@ class Host:
         return snap, prompt, usage, view
 
     async def _build(
-        self, session_id: str, *, dry_run: bool = False
+        self, session_id: str, *, dry_run: bool = False, take_fresh: bool = True
     ) -> tuple[Snapshot, list[dict[str, Any]], signals.TokenUsage, PromptView, dict[int, int]]:
         """:meth:`build_prompt`, and the token counts the history's messages carry, by the id of
-        the message sent (see :func:`~host_stub.prompt.assemble_prompt`)."""
-        fresh = self._fresh.pop(session_id, None)
+        the message sent (see :func:`~host_stub.prompt.assemble_prompt`). ``take_fresh``: the
+        snapshot an append read for the coming model call may be used (and is then used up)."""
+        fresh = self._fresh.pop(session_id, None) if take_fresh else None
         if fresh is not None and fresh[0] == self._writes.of(session_id):
             snap = fresh[1]
         else:
@@ -532,6 +577,13 @@ class Host:
         """Measure, let plugins act before the call, rebuild once if the history changed: if
         anything wrote to the session through this host's store while the hook ran (a blocking
         compression), the snapshot is read again and compared."""
+        self._preparing.add(session_id)
+        try:
+            return await self._prepare(session_id, result)
+        finally:
+            self._preparing.discard(session_id)
+
+    async def _prepare(self, session_id: str, result: TurnResult) -> list[dict[str, Any]]:
         writes = self._writes.of(session_id)
         snap, prompt, usage, view, stored = await self._build(session_id)
         usage, tokens = self._with_reuse(session_id, prompt, usage, stored)
@@ -549,6 +601,35 @@ class Host:
         self._remember_sent(session_id, prompt, tokens)
         return prompt
 
+    # -- after a compression -------------------------------------------------------------------
+    def _archived(self, session_id: str) -> None:
+        """Something archived part of a session's history through this host's store (a
+        compression's commit, a trim): its next prompt changed (a new summary block, fewer
+        messages). Build that prompt now, in the background, while the agent waits on its model
+        call, so the turn finds the new texts counted (the summary block, the system message it
+        is merged into, the history's new placeholders) instead of counting them before its
+        call. Not while the session's call is being prepared (a blocking compression: that turn
+        builds the prompt again at once), nor twice at a time."""
+        if not self._started or session_id in self._preparing or session_id in self._warming:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._warm_prompt(session_id), name=f"warm prompt {session_id}"
+        )
+        self._warming[session_id] = task
+        task.add_done_callback(lambda _t: self._warming.pop(session_id, None))
+
+    async def _warm_prompt(self, session_id: str) -> None:
+        """Build the session's next prompt as a dry run (plugins see ``dry_run``; nothing is
+        sent, signalled or remembered as sent) and count its messages that carry no count."""
+        WARMING_UP.set(True)  # this task's own context
+        try:
+            _, prompt, _, _, stored = await self._build(session_id, dry_run=True, take_fresh=False)
+            for message in prompt:
+                if id(message) not in stored:
+                    self._wire_count(message)
+        except Exception:  # only a warm-up: the turn builds and counts the prompt anyway
+            log.debug("warming the next prompt of %s failed", session_id, exc_info=True)
+
     def _with_reuse(
         self,
         session_id: str,
@@ -565,7 +646,7 @@ class Host:
         the others (a changed summary block) are counted."""
         last = self._last_sent.get(session_id)
         if last is None:
-            tokens = [stored.get(id(m)) or self._count_wire(m) for m in prompt]
+            tokens = [stored.get(id(m)) or self._wire_count(m) for m in prompt]
             reused = None
         else:
             same = shared_messages(last.messages, prompt)
@@ -594,7 +675,7 @@ class Host:
         compression or a trim) has the count it had there; any other is counted."""
         key = wire_key(message)
         found = known.get(key) if key is not None else None
-        return found if found is not None else self._count_wire(message)
+        return found if found is not None else self._wire_count(message)
 
     def _remember_sent(
         self, session_id: str, prompt: list[dict[str, Any]], tokens: list[int]

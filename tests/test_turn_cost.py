@@ -4,6 +4,7 @@ mostly archived chat; compression markers never counted (they are never sent).""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from host_stub import signals
 from host_stub.config import HostConfig
 from host_stub.hookspecs import PromptView, hookimpl
 from host_stub.host import Host, reads_with_append
@@ -641,3 +643,105 @@ async def test_a_replaced_message_is_counted_once_not_at_every_call() -> None:
     assert placeholder.startswith("[result #")
     # counted when the prompt first showed it, not at each of the four calls after
     assert counted.count(placeholder) == 1
+
+
+class Versioned:
+    """A plugin whose block is the stored summary record's text, as the memory plugin's is;
+    it keeps the views it was shown."""
+
+    def __init__(self) -> None:
+        self.views: list[PromptView] = []
+
+    @hookimpl
+    def agent_prompt(self, view: PromptView) -> dict[str, str] | None:
+        self.views.append(view)
+        if view.summary is None:
+            return None
+        return {"id": "summary", "anchor": "context", "content": view.summary.value["text"]}
+
+
+NEW_BLOCK = "Summary so far: the user booked flight HAT123 to Boston and asked for a window seat."
+
+
+async def _compress(host: Host, session_id: str, through: int) -> None:
+    """What a compression in the background does: a new record, what it covers archived,
+    through the host's store."""
+    won = await host.memory.commit_compression(
+        session_id, {"text": NEW_BLOCK}, expected_version=0, archive_through_seq=through, epoch=0
+    )
+    assert won
+    await asyncio.gather(*host._warming.values())
+
+
+async def test_a_compression_between_turns_gets_the_next_prompt_counted_before_the_turn() -> None:
+    """An archive through the host's store outside a model call's preparation (a compression in
+    the background) has the session's next prompt built at once, as a dry run: the new summary
+    block and the system message it is merged into are counted then, not by the turn that sends
+    them; the turn's counts are what it would have counted itself."""
+    counted: list[Any] = []
+
+    class Counting(FakeLLM):
+        def count_tokens(self, messages_or_text: Any, model: str | None = None) -> int:
+            counted.append(messages_or_text)
+            return super().count_tokens(messages_or_text, model)
+
+    llm = Counting(default="ok")
+    plugin = Versioned()
+    sends: list[Any] = []
+    async with Host(IN_MEMORY, llm=llm, plugins=[("summary", plugin)]) as host:
+        host.bus.connect(signals.TOKEN_USAGE, lambda sender, **usage: sends.append(usage))
+        for i in range(3):
+            await host.run_turn("s", f"q{i}", recorded=[Message(role="assistant", content=f"a{i}")])
+        sent_before, views_before = len(sends), len(plugin.views)
+        await _compress(host, "s", through=4)
+        [warm] = plugin.views[views_before:]
+        assert warm.dry_run and warm.summary is not None
+        assert [m.content for m in warm.messages] == ["q2", "a2"]
+        assert len(sends) == sent_before  # nothing signalled for the dry run
+        counted.clear()
+        result = await host.run_turn("s", "q3", recorded=[Message(role="assistant", content="a3")])
+        texts = [str(c) for c in counted]
+        assert not any(NEW_BLOCK in t for t in texts), texts
+        assert len(counted) == 2  # the new messages, each once, when stored
+        [usage] = result.usage
+        assert usage.breakdown.summary == FakeLLM().count_tokens(NEW_BLOCK)
+        assert usage.message_tokens == sum(FakeLLM().count_tokens([m]) for m in result.sent[0])
+
+
+async def test_no_warm_up_for_an_archive_while_the_call_is_prepared() -> None:
+    """A blocking compression (a hook that archives before the model call) is followed by the
+    turn's own rebuild: no prompt is built in the background for it."""
+    plugin = Versioned()
+    async with Host(
+        IN_MEMORY, llm=FakeLLM(default="ok"), plugins=[("trim", Trimmer()), ("v", plugin)]
+    ) as host:
+        for i in range(3):
+            result = await host.run_turn(
+                "s", f"q{i}", recorded=[Message(role="assistant", content=f"a{i}")]
+            )
+            assert result.usage[-1].rebuilt or i == 0
+        assert not host._warming
+        assert not any(v.dry_run for v in plugin.views)
+
+
+async def test_stopping_the_host_ends_a_warm_up_in_flight() -> None:
+    """A prompt build in the background when the host stops is cancelled before the store
+    closes; the stop raises nothing."""
+    gate = asyncio.Event()
+
+    class Slow(Versioned):
+        @hookimpl
+        async def prune_history(self, view: PromptView) -> None:
+            if view.dry_run:
+                await gate.wait()  # never set: the warm-up is still running at stop
+
+    host = Host(IN_MEMORY, llm=FakeLLM(default="ok"), plugins=[("slow", Slow())])
+    await host.start()
+    await host.run_turn("s", "q", recorded=[Message(role="assistant", content="a")])
+    await host.memory.commit_compression(
+        "s", {"text": NEW_BLOCK}, expected_version=0, archive_through_seq=1, epoch=0
+    )
+    [task] = host._warming.values()
+    await asyncio.sleep(0)
+    await host.stop()
+    assert task.cancelled() and not host._warming

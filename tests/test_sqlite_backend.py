@@ -269,6 +269,33 @@ async def test_a_short_call_waits_for_the_worker_when_it_holds_the_connection(
     assert snap.first_seq == 5 and snap.record is not None
 
 
+async def test_an_archive_checkpoints_the_wal_beside_the_store(tmp_path: Path) -> None:
+    """After an archive the WAL is checkpointed on a connection and a thread of their own (a
+    turn's append, on the event loop's thread, no longer runs SQLite's automatic checkpoint
+    every thousand pages: several milliseconds each); the store's own calls go on meanwhile,
+    and closing the store ends that thread."""
+    path = tmp_path / "wal.db"
+    memory = SQLiteMemory(path, counter)
+    try:
+        text = "the flight was moved to gate B12 because of the storm " * 20
+        await memory.append(SESSION, [user(f"{i} {text}") for i in range(200)])
+        before = path.stat().st_size  # the messages are in the WAL only
+        assert Path(f"{path}-wal").stat().st_size > before
+        assert await memory.commit_compression(SESSION, {"text": "S"}, 0, 150, epoch=0)
+        running = memory._checkpoints._running  # noqa: SLF001
+        assert running is not None
+        await asyncio.wrap_future(running)
+        assert path.stat().st_size > before + 200 * len(text) // 2  # copied into the file
+        assert (await memory.snapshot(SESSION)).first_seq == 151
+    finally:
+        await memory.close()
+    for _ in range(100):
+        if not any(t.name.startswith("sqlite-checkpoint") for t in threading.enumerate()):
+            break
+        await asyncio.sleep(0.01)
+    assert not any(t.name.startswith("sqlite-checkpoint") for t in threading.enumerate())
+
+
 async def test_with_a_trace_callback_every_call_runs_in_the_worker(
     traced: tuple[SQLiteMemory, Trace],
 ) -> None:

@@ -1,5 +1,5 @@
 """SQLite memory backend (the embedded default): one database file in WAL mode, on the standard
-library's ``sqlite3``, one worker thread per instance.
+library's ``sqlite3``, one worker thread per instance (and one that checkpoints the WAL).
 
 Transactions. Every write is one ``BEGIN IMMEDIATE`` transaction, so it holds SQLite's single
 write lock from its first read to its commit: sequence numbers, compare-and-set checks and leases
@@ -71,6 +71,14 @@ other terms with FTS5 ``AND`` queries, and scores the candidates ``search_plan.c
 from FTS5's content table (``search_content``). FTS5's own ``bm25`` is not used: it ranks every
 match and takes its statistics from every session of the file.
 
+Checkpoints. SQLite's automatic checkpoint (copying the WAL into the database file, every
+thousand pages) is run by the commit that takes the WAL past that mark; with a turn's appends
+on the event loop's thread, a turn now and then paid it (several milliseconds). After each
+archive (``commit_compression``, ``trim_history``: every few turns of a chat), a second
+connection, in a thread of its own, checkpoints the WAL (``PASSIVE``: it waits for no reader or
+writer, and the store's connection goes on meanwhile), so the WAL rarely reaches the mark. The
+automatic checkpoint stays on for a store that never archives. ``close()`` ends the thread.
+
 Tracing. :meth:`SQLiteMemory.set_trace_callback` installs a ``sqlite3`` trace callback on the
 connection. It runs in the worker thread just before each statement (``BEGIN`` and ``COMMIT``
 included), so a callback that blocks holds the transaction it is in; the crash tests stop a
@@ -81,6 +89,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 import threading
 import time
@@ -135,6 +144,8 @@ from .search_plan import (
 )
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteMemory", "backfill_search", "message_rows"]
+
+log = logging.getLogger("host_stub.memory.sqlite")
 
 #: Stored in ``PRAGMA user_version``; bump it and add a step to ``MIGRATIONS`` on schema changes.
 SCHEMA_VERSION = 6
@@ -314,6 +325,8 @@ class SQLiteMemory:
         self._executor: ThreadPoolExecutor | None = None  # created on first use
         self._closed = False
         self._closing: Future[None] | None = None  # the job that closes the connection
+        #: Checkpoints the WAL after each archive (not for ``:memory:``, which has none).
+        self._checkpoints = _Checkpointer(self.path) if self.path != ":memory:" else None
         # Used by the thread that holds ``_in_use``:
         self._db: sqlite3.Connection | None = None
         self._trace: TraceCallback | None = None
@@ -684,7 +697,9 @@ class SQLiteMemory:
             _archive(db, session_id, seqs, reason, time.time())
             return seqs
 
-        return await self._call(job, write=True)
+        done = await self._call(job, write=True)
+        self._checkpoint_soon()
+        return done
 
     async def commit_compression(
         self,
@@ -717,7 +732,15 @@ class SQLiteMemory:
             _archive(db, session_id, [seq for (seq,) in rows], "summarized", now)
             return True
 
-        return await self._call(job, write=True)
+        done = await self._call(job, write=True)
+        self._checkpoint_soon()
+        return done
+
+    def _checkpoint_soon(self) -> None:
+        """After an archive (background work, every few turns of a chat): checkpoint the WAL
+        beside the store's connection (see the module's docstring)."""
+        if self._checkpoints is not None and not self._closed:
+            self._checkpoints.soon()
 
     # -- metadata -----------------------------------------------------------------------------
 
@@ -927,6 +950,55 @@ class SQLiteMemory:
                 executor.shutdown(wait=False)  # the worker ends after the jobs already queued
         if self._closing is not None:
             await asyncio.shield(asyncio.wrap_future(self._closing))
+        if self._checkpoints is not None:
+            await self._checkpoints.close()
+
+
+class _Checkpointer:
+    """Checkpoints of a database's WAL on a connection and a thread of their own (see the
+    module's docstring): ``PASSIVE``, so they wait for no reader or writer, and the store's
+    connection goes on with its transactions meanwhile."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._executor: ThreadPoolExecutor | None = None
+        self._db: sqlite3.Connection | None = None  # used by the checkpoint thread only
+        self._running: Future[None] | None = None
+
+    def soon(self) -> None:
+        """Start a checkpoint, unless one is still running."""
+        if self._running is not None and not self._running.done():
+            return
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="sqlite-checkpoint"
+            )
+        self._running = self._executor.submit(self._checkpoint)
+
+    def _checkpoint(self) -> None:
+        try:
+            if self._db is None:
+                self._db = sqlite3.connect(
+                    self._path, isolation_level=None, timeout=0, check_same_thread=False
+                )
+            self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:  # the automatic checkpoint still runs: nothing is lost
+            log.debug("checkpoint of %s failed: %s", self._path, exc)
+            self._close_connection()
+
+    def _close_connection(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
+
+    async def close(self) -> None:
+        """Wait for a running checkpoint, then close the connection and end the thread."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            closing = executor.submit(self._close_connection)
+            executor.shutdown(wait=False)
+            await asyncio.shield(asyncio.wrap_future(closing))
 
 
 class _Busy(Exception):

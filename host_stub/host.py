@@ -145,6 +145,19 @@ class WriteCounter:
         return self.counts.get(session_id, 0)
 
 
+def remembered(cache: OrderedDict[Any, int], key: Any, limit: int, count: Callable[[], int]) -> int:
+    """``cache[key]``, from ``count()`` when it is not there; the least recently used entries
+    go past ``limit``."""
+    n = cache.get(key)
+    if n is None:
+        n = cache[key] = count()
+        while len(cache) > limit:
+            cache.popitem(last=False)
+    else:
+        cache.move_to_end(key)
+    return n
+
+
 def reads_with_append(store: Any) -> bool:
     """Whether the host may store and read in one call (``append_snapshot``, see
     :class:`~host_stub.services.SnapshotOnAppend`): the store's class defines it at least as
@@ -377,14 +390,7 @@ class Host:
         key = wire_key(message)
         if key is None:
             return self._count_wire(message)
-        n = self._wire_counts.get(key)
-        if n is None:
-            n = self._wire_counts[key] = self._count_wire(message)
-            while len(self._wire_counts) > WIRE_COUNTS:
-                self._wire_counts.popitem(last=False)
-        else:
-            self._wire_counts.move_to_end(key)
-        return n
+        return remembered(self._wire_counts, key, WIRE_COUNTS, lambda: self._count_wire(message))
 
     def context_window(self) -> int:
         """The chat model's window, in the provider's tokens."""
@@ -661,14 +667,9 @@ class Host:
 
     def _count_contribution(self, text: str) -> int:
         """A contribution's tokens, counted once while its text is among the last few seen."""
-        n = self._text_counts.get(text)
-        if n is None:
-            n = self._text_counts[text] = self.count_text(text)
-            while len(self._text_counts) > CONTRIBUTION_COUNTS:
-                self._text_counts.popitem(last=False)
-        else:
-            self._text_counts.move_to_end(text)
-        return n
+        return remembered(
+            self._text_counts, text, CONTRIBUTION_COUNTS, lambda: self.count_text(text)
+        )
 
     def _known_or_count(self, message: Mapping[str, Any], known: Mapping[Any, int]) -> int:
         """A message the last prompt also sent (at another place: the history moved after a

@@ -614,9 +614,16 @@ class Host:
         messages). Build that prompt now, in the background, while the agent waits on its model
         call, so the turn finds the new texts counted (the summary block, the system message it
         is merged into, the history's new placeholders) instead of counting them before its
-        call. Not while the session's call is being prepared (a blocking compression: that turn
-        builds the prompt again at once), nor twice at a time."""
-        if not self._started or session_id in self._preparing or session_id in self._warming:
+        call. Only for a session whose turns this host runs (it sent a prompt of it: a command
+        that compresses and stops builds none); not while the session's call is being prepared
+        (a blocking compression: that turn builds the prompt again at once), nor twice at a
+        time."""
+        if (
+            not self._started
+            or session_id not in self._last_sent
+            or session_id in self._preparing
+            or session_id in self._warming
+        ):
             return
         task = asyncio.get_running_loop().create_task(
             self._warm_prompt(session_id), name=f"warm prompt {session_id}"

@@ -724,6 +724,18 @@ async def test_no_warm_up_for_an_archive_while_the_call_is_prepared() -> None:
         assert not any(v.dry_run for v in plugin.views)
 
 
+async def test_no_warm_up_for_a_session_whose_turns_the_host_does_not_run() -> None:
+    """A host that only compresses (a command that compresses and stops, a session another
+    process chats in) builds no prompt after the archive."""
+    plugin = Versioned()
+    async with Host(IN_MEMORY, llm=FakeLLM(default="ok"), plugins=[("v", plugin)]) as host:
+        await host.memory.append("s", [Message(role="user", content=f"m{i}") for i in range(4)])
+        await host.memory.commit_compression(
+            "s", {"text": NEW_BLOCK}, expected_version=0, archive_through_seq=2, epoch=0
+        )
+        assert not host._warming and not plugin.views
+
+
 async def test_stopping_the_host_ends_a_warm_up_in_flight() -> None:
     """A prompt build in the background when the host stops is cancelled before the store
     closes; the stop raises nothing."""

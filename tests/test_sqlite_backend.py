@@ -282,18 +282,19 @@ async def test_an_archive_checkpoints_the_wal_beside_the_store(tmp_path: Path) -
         before = path.stat().st_size  # the messages are in the WAL only
         assert Path(f"{path}-wal").stat().st_size > before
         assert await memory.commit_compression(SESSION, {"text": "S"}, 0, 150, epoch=0)
-        running = memory._checkpoints._running  # noqa: SLF001
-        assert running is not None
-        await asyncio.wrap_future(running)
+        checkpoints = memory._checkpoints  # noqa: SLF001
+        assert checkpoints is not None and checkpoints._running is not None
+        await asyncio.wrap_future(checkpoints._running)
         assert path.stat().st_size > before + 200 * len(text) // 2  # copied into the file
         assert (await memory.snapshot(SESSION)).first_seq == 151
+        assert checkpoints._executor is not None
+        threads = list(checkpoints._executor._threads)  # this store's checkpoint thread
+        assert threads
     finally:
         await memory.close()
-    for _ in range(100):
-        if not any(t.name.startswith("sqlite-checkpoint") for t in threading.enumerate()):
-            break
-        await asyncio.sleep(0.01)
-    assert not any(t.name.startswith("sqlite-checkpoint") for t in threading.enumerate())
+    for thread in threads:
+        await asyncio.to_thread(thread.join, 5)
+        assert not thread.is_alive()
 
 
 async def test_with_a_trace_callback_every_call_runs_in_the_worker(

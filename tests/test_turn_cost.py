@@ -16,11 +16,12 @@ from hypothesis import strategies as st
 from host_stub import signals
 from host_stub.config import HostConfig
 from host_stub.hookspecs import PromptView, hookimpl
-from host_stub.host import Host, reads_with_append
+from host_stub.host import Host
 from host_stub.memory import sqlite as sqlite_store
 from host_stub.memory.inmemory import InMemoryMemory
 from host_stub.memory.sqlite import SQLiteMemory
 from host_stub.messages import Message
+from host_stub.store_watch import reads_with_append
 from host_stub.testing import FakeLLM
 
 NO_ENTRY_POINTS = HostConfig.model_validate(

@@ -20,8 +20,9 @@ from .bus import EventBus, await_me_maybe
 from .calibration import Calibration, calibrated_window
 from .checks import check_message, cut_to_limit
 from .config import ConfigError, HostConfig
+from .counting import PromptCounts
 from .hookspecs import AgentTool, Contribution, PromptView, ToolContext
-from .messages import Message, ToolCall, ToolCallFunction, text_of
+from .messages import Message, ToolCall, ToolCallFunction
 from .plugins import LoadedPlugin, check_services, get_plugin_manager, plugin_config
 from .prompt import (
     apply_replacements,
@@ -31,7 +32,6 @@ from .prompt import (
     prefix_reuse,
     sanitize_tool_pairs,
     shared_messages,
-    wire_key,
 )
 from .services import LLMService, MemoryService, OpensAtStart, Snapshot
 from .session_ids import check_session_id
@@ -52,15 +52,6 @@ REPLAY_MODEL = "gpt-4o-mini"
 #: Characters of the last prompts sent that the host keeps, to measure each session's next
 #: prompt's prefix reuse (the least recently used sessions go first).
 LAST_PROMPTS_CHARS = 16_000_000
-#: Contribution texts whose token counts the host keeps (each session's summary block, a few
-#: static ones).
-CONTRIBUTION_COUNTS = 256
-#: Replaced history messages (placeholders, cut tool results) whose shown token counts the host
-#: keeps, over all sessions.
-SHOWN_COUNTS = 4096
-#: Prompt messages that are not history messages (the system message with the contributions
-#: merged in) whose token counts the host keeps, over all sessions.
-WIRE_COUNTS = 256
 
 
 @dataclass
@@ -94,19 +85,6 @@ class TurnResult:
     error: str | None = None
 
 
-def remembered(cache: OrderedDict[Any, int], key: Any, limit: int, count: Callable[[], int]) -> int:
-    """``cache[key]``, from ``count()`` when it is not there; the least recently used entries
-    go past ``limit``."""
-    n = cache.get(key)
-    if n is None:
-        n = cache[key] = count()
-        while len(cache) > limit:
-            cache.popitem(last=False)
-    else:
-        cache.move_to_end(key)
-    return n
-
-
 class Host:
     """Start with :meth:`start`, stop with :meth:`stop` (or use :func:`open_host`)."""
 
@@ -133,14 +111,8 @@ class Host:
         self.plugins: dict[str, LoadedPlugin] = {}
         self.message_archive: MemoryMessageArchive | None = None
         self._system_tokens: int | None = None
-        #: Tokens of the contributions' texts lately seen (a summary block is the same text from
-        #: one compression to the next: counted once, not at every model call).
-        self._text_counts: OrderedDict[str, int] = OrderedDict()
-        #: Tokens of the history messages plugins replaced lately, as shown (see ``_pruned``).
-        self._shown_counts: OrderedDict[tuple[Any, ...], int] = OrderedDict()
-        #: Tokens of the prompt messages lately counted that carry no stored count (see
-        #: ``_wire_count``).
-        self._wire_counts: OrderedDict[tuple[Any, ...], int] = OrderedDict()
+        #: The prompt's token counts, with the chat model's counter.
+        self.counts = PromptCounts(lambda value: self.llm.count_tokens(value, self.model))
         #: Per session, the prompt build that follows an archive in the background (see
         #: ``_archived``), and the sessions whose model call is being prepared.
         self._warming: dict[str, asyncio.Task[None]] = {}
@@ -207,7 +179,7 @@ class Host:
             from .memory import open_memory
 
             try:
-                self._memory = open_memory(self.config.host.memory, self._count_message)
+                self._memory = open_memory(self.config.host.memory, self.counts.message)
             except (ValueError, ModuleNotFoundError) as exc:
                 raise ConfigError(f"{self.config.source}: host.memory: {exc}") from None
         if isinstance(self._memory, OpensAtStart):
@@ -297,26 +269,8 @@ class Host:
             await self._memory.close()
 
     # -- counting ----------------------------------------------------------------------------
-    def _count_message(self, message: Message) -> int:
-        if message.is_marker:  # never sent to a model: nothing to count (nor a tokenizer to load)
-            return 0
-        return self.llm.count_tokens([message], self.model)
-
     def count_text(self, text: str) -> int:
-        return self.llm.count_tokens(text, self.model)
-
-    def _count_wire(self, message: Mapping[str, Any]) -> int:
-        """One OpenAI-format message, counted as a stored message is."""
-        return self.llm.count_tokens([dict(message)], self.model)
-
-    def _wire_count(self, message: Mapping[str, Any]) -> int:
-        """:meth:`_count_wire`, remembered for the last few plain messages counted (the
-        system message with a new summary block merged in is counted once, by the prompt
-        build that follows the compression in the background, not again by the turn)."""
-        key = wire_key(message)
-        if key is None:
-            return self._count_wire(message)
-        return remembered(self._wire_counts, key, WIRE_COUNTS, lambda: self._count_wire(message))
+        return self.counts.text(text)
 
     def context_window(self) -> int:
         """The chat model's window, in the provider's tokens."""
@@ -397,23 +351,7 @@ class Host:
             return history
 
         def count(message: Message) -> int:
-            # The same replacement of a message (a placeholder, a cut) comes back at every call
-            # and is counted once; the key holds what the count reads (a forgotten session's seqs
-            # start again at 1).
-            key = (
-                view.session_id,
-                message.seq,
-                message.role,
-                message.tool_call_id,
-                message.name,
-                text_of(message.content),
-            )
-            n = self._shown_counts.get(key)
-            if n is None:
-                n = self._shown_counts[key] = self._count_message(message)
-                while len(self._shown_counts) > SHOWN_COUNTS:
-                    self._shown_counts.popitem(last=False)
-            return n
+            return self.counts.shown(view.session_id, message)
 
         return apply_replacements(history, replacements, count)
 
@@ -478,7 +416,7 @@ class Host:
             system_tokens=self._system_tokens,
             tool_def_tokens=self._tool_def_tokens,
             reserved_for_reply=round(self.config.host.reserve_for_reply / ratio),
-            count_text=self._count_contribution,
+            count_text=self.counts.contribution,
         )
         used = sum(breakdown.model_dump().values())
         usage = signals.TokenUsage(
@@ -565,7 +503,7 @@ class Host:
             _, prompt, _, _, stored = await self._build(session_id, dry_run=True, take_fresh=False)
             for message in prompt:
                 if id(message) not in stored:
-                    self._wire_count(message)
+                    self.counts.wire_remembered(message)
         except Exception:  # only a warm-up: the turn builds and counts the prompt anyway
             log.debug("warming the next prompt of %s failed", session_id, exc_info=True)
 
@@ -585,31 +523,18 @@ class Host:
         the others (a changed summary block) are counted."""
         last = self._last_sent.get(session_id)
         if last is None:
-            tokens = [stored.get(id(m)) or self._wire_count(m) for m in prompt]
+            tokens = [stored.get(id(m)) or self.counts.wire_remembered(m) for m in prompt]
             reused = None
         else:
             same = shared_messages(last.messages, prompt)
             known = known_counts(last.messages[same:], last.tokens[same:])
             tokens = [
                 *last.tokens[:same],
-                *(stored.get(id(m)) or self._known_or_count(m, known) for m in prompt[same:]),
+                *(stored.get(id(m)) or self.counts.known_or_count(m, known) for m in prompt[same:]),
             ]
-            reused = prefix_reuse(last.messages, prompt, self._count_wire, tokens=tokens).reused
+            reused = prefix_reuse(last.messages, prompt, self.counts.wire, tokens=tokens).reused
         update = {"message_tokens": sum(tokens), "reused_tokens": reused, "rebuilt": rebuilt}
         return usage.model_copy(update=update), tokens
-
-    def _count_contribution(self, text: str) -> int:
-        """A contribution's tokens, counted once while its text is among the last few seen."""
-        return remembered(
-            self._text_counts, text, CONTRIBUTION_COUNTS, lambda: self.count_text(text)
-        )
-
-    def _known_or_count(self, message: Mapping[str, Any], known: Mapping[Any, int]) -> int:
-        """A message the last prompt also sent (at another place: the history moved after a
-        compression or a trim) has the count it had there; any other is counted."""
-        key = wire_key(message)
-        found = known.get(key) if key is not None else None
-        return found if found is not None else self._wire_count(message)
 
     def _remember_sent(
         self, session_id: str, prompt: list[dict[str, Any]], tokens: list[int]

@@ -38,17 +38,25 @@ def session_id_problem(session_id: object) -> str | None:
         )
     if session_id != session_id.strip(" "):
         return "a session id cannot start or end with a space"
+    if session_id.isascii() and session_id.isprintable():
+        return None  # printable ASCII is letters, digits, punctuation, symbols and spaces
+    bad = _first_disallowed(session_id)
+    if bad is not None:
+        name = unicodedata.name(bad, "")
+        what = f"U+{ord(bad):04X}" + (f" {name}" if name else "")
+        return (
+            f"a session id cannot contain {what} (allowed: letters, digits, punctuation, "
+            "symbols and inner spaces)"
+        )
+    return None
+
+
+def _first_disallowed(session_id: str) -> str | None:
+    """The first character of ``session_id`` outside the allowed categories (a plain space is
+    allowed: where it may stand is checked apart)."""
     for char in session_id:
-        if char == " ":
-            continue
-        category = unicodedata.category(char)
-        if not category.startswith(_ALLOWED):
-            name = unicodedata.name(char, "")
-            what = f"U+{ord(char):04X}" + (f" {name}" if name else "")
-            return (
-                f"a session id cannot contain {what} (allowed: letters, digits, punctuation, "
-                "symbols and inner spaces)"
-            )
+        if char != " " and not unicodedata.category(char).startswith(_ALLOWED):
+            return char
     return None
 
 

@@ -17,6 +17,8 @@ from typing import Any
 import procs
 import pytest
 from fake_openai import FakeOpenAIServer, Reply
+from hypothesis import assume, given
+from hypothesis import strategies as st
 from test_memory_contract import BACKENDS, CLEANUP
 
 from host_stub.checks import MessageRejected, cut_to_limit, message_problem
@@ -411,6 +413,15 @@ def test_the_session_id_rule_by_example() -> None:
     assert "at most 128 characters (this one has 10,000)" in str(session_id_problem("s" * 10_000))
     assert "U+202E" in str(session_id_problem("a\u202eb"))
     assert "cannot be empty" in str(session_id_problem(""))
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F), min_size=1, max_size=40))
+def test_the_ascii_shortcut_follows_the_character_rule(session_id: str) -> None:
+    # Printable ASCII skips the per-character look-up; it must judge as the look-up does: the
+    # same id with one allowed non-ASCII letter added takes the look-up.
+    assume(session_id == session_id.strip(" "))
+    problem = session_id_problem(session_id)
+    assert problem == session_id_problem(session_id + "\u00e9"), session_id
 
 
 # -- 12-14: the store options ----------------------------------------------------------------------------

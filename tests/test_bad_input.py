@@ -24,13 +24,15 @@ from typing import Any
 
 import procs
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from invariants import InvariantChecker
 from plugin_harness import plugin_host
 
 from host_stub.config import ConfigError, HostConfig, load_host_config
 from host_stub.host import Host
 from host_stub.memory.sqlite import SQLiteMemory
-from host_stub.messages import Message
+from host_stub.messages import Message, scrub_surrogates
 from host_stub.plugins import get_plugin_manager, plugin_config, read_manifest
 from host_stub.testing import FakeLLM, message_tokens
 from host_stub.transcripts import TranscriptError, load_transcript
@@ -566,6 +568,17 @@ async def test_lone_surrogates_append_compress_and_render_in_memory(summarizer: 
         context = await h.plugin.memory_context("s")
         context.recent_transcript.encode("utf-8")
         assert any(c["status"] == "done" for c in h.finals()) or result["status"] == "done"
+
+
+@given(st.text(alphabet=st.characters(codec=None, exclude_categories=())))
+def test_scrubbed_text_has_no_surrogate_and_text_without_one_is_kept(text: str) -> None:
+    scrubbed = scrub_surrogates(text)
+    scrubbed.encode("utf-8")  # no lone surrogate left
+    if not any("\ud800" <= ch <= "\udfff" for ch in text):
+        assert scrubbed is text
+    else:
+        # a pair written as two code points is joined, a lone one becomes U+FFFD
+        assert scrubbed == text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def test_render_never_emits_a_lone_surrogate() -> None:

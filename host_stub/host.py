@@ -8,10 +8,10 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pluggy
 
@@ -35,12 +35,14 @@ from .prompt import (
 )
 from .services import LLMService, MemoryService, OpensAtStart, Snapshot
 from .session_ids import check_session_id
-from .store_watch import WriteCounter, reads_with_append, snapshot_key
+from .store_watch import TurnWaits, WriteCounter, reads_with_append, snapshot_key
 from .tools import ToolRegistry
 
 __all__ = ["WARMING_UP", "Host", "MemoryMessageArchive", "TurnResult", "open_host"]
 
 log = logging.getLogger("host_stub.host")
+
+_T = TypeVar("_T")
 
 #: True in the task that builds a session's next prompt in the background after an archive
 #: (see ``Host._archived``): work done there is not part of any turn.
@@ -116,6 +118,8 @@ class Host:
         #: Per session, the prompt build that follows an archive in the background (see
         #: ``_archived``), and the sessions whose model call is being prepared.
         self._warming: dict[str, asyncio.Task[None]] = {}
+        #: The turns waiting on the store now (see :meth:`after_turns`).
+        self._turn_waits = TurnWaits()
         self._preparing: set[str] = set()
         self._tool_def_tokens: int | None = None
         #: Names of the tools plugins added through ``agent_tools``.
@@ -386,7 +390,7 @@ class Host:
         if fresh is not None and fresh[0] == self._writes.of(session_id):
             snap = fresh[1]
         else:
-            snap = await self.memory.snapshot(session_id)
+            snap = await self._store(self.memory.snapshot(session_id))
         history, repaired = sanitize_tool_pairs([m for m in snap.messages if not m.is_marker])
         if repaired:
             log.warning(
@@ -461,7 +465,7 @@ class Host:
         result.usage.append(usage)
         await self._before_model_call(view)
         if self._writes.of(session_id) != writes:
-            again = await self.memory.snapshot(session_id)
+            again = await self._store(self.memory.snapshot(session_id))
             if snapshot_key(again) != snapshot_key(snap):
                 snap, prompt, usage, view, stored = await self._build(session_id)
                 usage, tokens = self._with_reuse(session_id, prompt, usage, stored, rebuilt=True)
@@ -548,6 +552,20 @@ class Host:
             _, evicted = self._last_sent.popitem(last=False)
             self._last_sent_chars -= evicted.chars
 
+    async def _store(self, call: Awaitable[_T]) -> _T:
+        """``await call`` (a store call of a turn or of a prompt build), counted as waiting on
+        the store unless it is the background warm-up's."""
+        if WARMING_UP.get():
+            return await call
+        return await self._turn_waits.around(call)
+
+    async def after_turns(self, max_wait_s: float) -> bool:
+        """For background work about to use the CPU (a compression between its steps): return
+        once no turn of this host waits on the store, so that work does not hold the turn's
+        next step (``True``; at once when none waits), or after ``max_wait_s`` seconds of turns
+        waiting (``False``). See :class:`~host_stub.services.YieldsToTurns`."""
+        return await self._turn_waits.none_waiting(max_wait_s)
+
     async def _append(
         self, session_id: str, messages: Sequence[Message], *, call_follows: bool
     ) -> list[Message]:
@@ -557,9 +575,10 @@ class Host:
         if self._fuses is None:
             self._fuses = reads_with_append(self.memory)
         if not (call_follows and self._fuses):
-            return await self.memory.append(session_id, messages)
+            return await self._store(self.memory.append(session_id, messages))
         writes = self._writes.of(session_id)
-        stored, snap = await self.memory.append_snapshot(session_id, messages)  # type: ignore[attr-defined]
+        fused = self.memory.append_snapshot(session_id, messages)  # type: ignore[attr-defined]
+        stored, snap = await self._store(fused)
         if self._writes.of(session_id) == writes + 1:  # nothing else wrote meanwhile
             self._fresh[session_id] = (writes + 1, snap)
         return stored
@@ -676,7 +695,7 @@ class Host:
             )
             if not completion.text and not calls:
                 return
-            stored = await self.memory.append(session_id, [reply])
+            stored = await self._store(self.memory.append(session_id, [reply]))
             result.messages.extend(stored)
             result.reply = stored[0]
             result.outcome = "replied"

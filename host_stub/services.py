@@ -32,6 +32,7 @@ __all__ = [
     "SessionInfo",
     "Snapshot",
     "SUMMARY_NAMESPACE",
+    "YieldsToTurns",
 ]
 
 #: Namespace of the summary record, shared by the host (it reads it with the history, as one
@@ -281,6 +282,20 @@ class OpensAtStart(Protocol):
 
     async def open(self) -> None:
         """Open the connection now (nothing if it is open); raise what the first call would."""
+        ...
+
+
+@runtime_checkable
+class YieldsToTurns(Protocol):
+    """What a host may add to :class:`HostProtocol` (optional): background work lets the
+    host's turns go first. A turn's store call that leaves the event loop (a worker thread, a
+    database round trip) lets any ready task run; a background compression that starts its CPU
+    work then (parsing an answer, merging a record, rendering a block: milliseconds) holds the
+    turn's next step until it is done. A plugin awaits this between such steps."""
+
+    async def after_turns(self, max_wait_s: float) -> bool:
+        """Return ``True`` once none of the host's turns waits on the store (at once when none
+        does), ``False`` after ``max_wait_s`` seconds of turns waiting."""
         ...
 
 

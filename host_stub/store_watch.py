@@ -1,15 +1,19 @@
 """How the reference host watches its store: the writes made through it (to tell whether a
-prompt must be built again, and to learn of an archive), whether it can store and read in one
-call, and what identifies the history a prompt was built from."""
+prompt must be built again, and to learn of an archive), the turns waiting on it now (for
+background work to let them go first), whether it can store and read in one call, and what
+identifies the history a prompt was built from."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from .services import Snapshot
 
-__all__ = ["WriteCounter", "reads_with_append", "snapshot_key"]
+__all__ = ["TurnWaits", "WriteCounter", "reads_with_append", "snapshot_key"]
+
+_T = TypeVar("_T")
 
 #: The store methods that change what a session's snapshot holds.
 _WRITES = (
@@ -23,6 +27,51 @@ _WRITES = (
 )
 #: The writes that archive messages (they return what they archived, or whether they won).
 _ARCHIVES = ("trim_history", "commit_compression")
+
+
+class TurnWaits:
+    """How many of a host's turns wait on its store at this moment. A store call that leaves
+    the event loop (SQLite's worker thread, a database round trip) lets any ready task run; a
+    background compression that starts its CPU work then holds the turn's next step until that
+    work is done. Background work waits here first (:meth:`none_waiting`)."""
+
+    def __init__(self) -> None:
+        self._waiting = 0
+        self._quiet = asyncio.Event()
+        self._quiet.set()
+
+    @property
+    def waiting(self) -> int:
+        return self._waiting
+
+    async def around(self, call: Awaitable[_T]) -> _T:
+        """``await call``, counted as a turn waiting on the store."""
+        self._waiting += 1
+        self._quiet.clear()
+        try:
+            return await call
+        finally:
+            self._waiting -= 1
+            if not self._waiting:
+                self._quiet.set()
+
+    async def none_waiting(self, max_wait_s: float) -> bool:
+        """Return ``True`` once no turn waits on the store (at once when none does), ``False``
+        after ``max_wait_s`` seconds of turns waiting (a busy host's background work is
+        delayed, never stopped)."""
+        if not self._waiting:
+            return True
+        loop = asyncio.get_running_loop()
+        end = loop.time() + max_wait_s
+        while self._waiting:  # another turn may have started waiting before this task ran
+            left = end - loop.time()
+            if left <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._quiet.wait(), left)
+            except TimeoutError:
+                return False
+        return True
 
 
 class WriteCounter:

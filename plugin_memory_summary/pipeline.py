@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -19,6 +20,7 @@ from host_stub.services import (
     MemoryService,
     MessageArchiveService,
     Snapshot,
+    YieldsToTurns,
 )
 
 from .config import MemorySummaryConfig
@@ -37,6 +39,11 @@ if TYPE_CHECKING:
 __all__ = ["Pipeline"]
 
 log = logging.getLogger("plugin_memory_summary")
+
+#: How long a background compression waits at most, before each of its CPU steps (the plan;
+#: the work on an answer, the new record and its block), for the host's turns waiting on the
+#: store to go first (hosts with ``YieldsToTurns``; a blocking compression never waits).
+TURNS_FIRST_S = 0.02
 
 
 @dataclass
@@ -195,23 +202,39 @@ class Pipeline:
         attempt after a lost race takes it again)."""
         started = time.monotonic()
         snap = snapshot if snapshot is not None else await self.memory.snapshot(session_id)
+        # A background run lets the host's turns go first before each of its CPU steps; a
+        # blocking one is what its turn waits for.
+        pause = self._turns_first if deadline is None else None
+        if pause is not None:
+            await pause()
         run = self._plan_run(session_id, reason, snap, started)
         if not isinstance(run, _Run):
             return run
         run.lease = lease
         if self.config.strategy == "window":
             return await self._trim(run, "window", "done", "window")
-        outcome = await self._summarize(run, deadline, slot)
+        outcome = await self._summarize(run, deadline, slot, pause)
         status: Status = "error" if outcome.errors else "done"
         why = "; ".join(outcome.errors + outcome.notes) or reason
         if outcome.batches_done == 0:
             return await self._trim(run, "fallback-trim", status, why)
         summarized = [m for b in run.batches[: outcome.batches_done] for m in b]
         new = self._record_of(run, outcome, summarized)
+        # The block the next prompt injects, made before the commit and kept right after it
+        # (nothing runs in between): a prompt built as soon as the new record can be read finds
+        # it ready instead of rendering and counting it on the turn.
+        prepared = self.tokens.prepare_block(new, run.budget)
         committed = await self._commit(run, new)
         if committed is not None:
             return committed
+        self.tokens.keep_block(run.session_id, run.expected_version + 1, prepared)
         return self._report(run, new, summarized, markers, status, why)
+
+    async def _turns_first(self) -> None:
+        """Let the host's turns waiting on the store go first (for at most
+        :data:`TURNS_FIRST_S`), when the host offers it."""
+        if isinstance(self.host, YieldsToTurns):
+            await self.host.after_turns(TURNS_FIRST_S)
 
     def _plan_run(
         self, session_id: str, reason: str, snap: Snapshot, started: float
@@ -241,7 +264,11 @@ class Pipeline:
         return run
 
     async def _summarize(
-        self, run: _Run, deadline: float | None, slot: SummarizerSlot | None
+        self,
+        run: _Run,
+        deadline: float | None,
+        slot: SummarizerSlot | None,
+        pause: Callable[[], Awaitable[object]] | None = None,
     ) -> SummarizeOutcome:
         """Step 2: fold the planned batches into the previous summary (under a slot)."""
         from .summarize import summarize_batches
@@ -264,6 +291,7 @@ class Pipeline:
                 deadline=deadline,
                 text_budget=run.budget - self.tokens.framing_tokens(lang),
                 speed=self.tokens.speed,
+                pause=pause,
             )
         finally:
             if slot is not None:
@@ -326,8 +354,8 @@ class Pipeline:
         why: str,
     ) -> Result:
         """Step 5: the block the next prompt injects, the event marker, the stats."""
-        # Built now (off the turn for a background run); the record's version grows by one on
-        # every write, so the commit made it expected + 1.
+        # Kept by ``compress_once`` (made before the commit); the record's version grows by one
+        # on every write, so the commit made it expected + 1.
         _, block_tokens = self.tokens.block(
             run.session_id, run.expected_version + 1, new, run.budget
         )

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from host_stub.messages import Message, text_of
@@ -134,10 +134,11 @@ async def _llm_answer(
     deadline_bound: bool = False,
     speed: SpeedBook | None = None,
     max_tokens: int | None = None,
+    pause: Callable[[], Awaitable[object]] | None = None,
 ) -> Answer:
     """One request for a digest of ``batch`` and what of its answer can be merged.
     ``max_tokens``: the most the answer may take (default ``budget``); ``speed`` is fed the
-    call's time."""
+    call's time; ``pause`` is awaited once the answer is in, before the work on it."""
     transcript = render_transcript(
         batch,
         tool_truncate_chars=config.tool_truncate_chars,
@@ -199,6 +200,8 @@ async def _llm_answer(
         ) from None
     elapsed = time.monotonic() - started
     outcome.latencies.append(elapsed)
+    if pause is not None:
+        await pause()
     if speed is not None:
         written = completion.usage.completion_tokens or count_tokens(completion.text or "")
         speed.observe(model, Sample(prompt_tokens, batch_tokens, written, elapsed))
@@ -247,6 +250,7 @@ async def summarize_batches(
     deadline: float | None = None,
     text_budget: int | None = None,
     speed: SpeedBook | None = None,
+    pause: Callable[[], Awaitable[object]] | None = None,
 ) -> SummarizeOutcome:
     """Fold ``batches`` into ``previous`` in order. Without a model, or past the deadline, the
     rules engine merges; when the model fails, ``config.fallback`` decides: ``rules`` merges this
@@ -255,7 +259,9 @@ async def summarize_batches(
     budget less the framing of the block it is injected in, so the block fits without a cut.
     ``speed``: the summarizer's measured speed; a batch larger than what one call can digest
     in ``summary_timeout_s`` at that speed is digested in several calls (``speed.call_limits``),
-    and no call is sent while the server still works on one given up on."""
+    and no call is sent while the server still works on one given up on. ``pause`` is awaited
+    after each answer, before the CPU work on it (a background run lets the host's turns go
+    first: see ``Pipeline``)."""
     # A record written before a pattern existed may carry a secret as an identifier: the plain
     # text gate would then reject every answer for "losing" it, and the rules engine would carry
     # it on. It goes before anything else.
@@ -330,6 +336,7 @@ async def summarize_batches(
                         deadline_bound=bound,
                         speed=speed,
                         max_tokens=limits.max_tokens if limits is not None else None,
+                        pause=pause,
                     )
                 except SummarizerError as exc:
                     if exc.cut_by_deadline:

@@ -4,7 +4,8 @@ own texts, and the injected block per record version."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from host_stub.services import LLMService
 
@@ -16,7 +17,7 @@ from .record import SummaryRecord
 from .speed import SpeedBook
 from .text import cut_text
 
-__all__ = ["BLOCK_CACHE_SIZE", "COUNT_MEMO_SIZE", "FITTERS_KEPT", "TokenBook"]
+__all__ = ["BLOCK_CACHE_SIZE", "COUNT_MEMO_SIZE", "FITTERS_KEPT", "PreparedBlock", "TokenBook"]
 
 #: Texts whose token count ``TokenBook.count`` remembers (summaries, blocks; a few per
 #: compression).
@@ -30,6 +31,16 @@ BLOCK_CACHE_SIZE = 4096
 FITTERS_KEPT = 64
 
 BlockKey = tuple[str, int, int]
+
+
+@dataclass(frozen=True)
+class PreparedBlock:
+    """A block rendered for a record before its commit (see ``TokenBook.prepare_block``)."""
+
+    block: str
+    tokens: int
+    budget: int
+    fitter: PayloadFitter | None
 
 
 class TokenBook:
@@ -114,11 +125,49 @@ class TokenBook:
         cached = self.cached_block(session_id, version, budget)
         if cached is not None:
             return cached
-        key = (session_id, version, budget)
+        block, tokens = self._render(
+            record, budget, lambda: self._fitter(session_id, version, record)
+        )
+        self._keep((session_id, version, budget), (block, tokens))
+        return block, tokens
+
+    def prepare_block(self, record: SummaryRecord, budget: int) -> PreparedBlock:
+        """The block of a record about to be committed, rendered and counted now and cached by
+        nothing: until the commit makes it the session's, its version may become another
+        writer's. :meth:`keep_block` keeps it once the commit succeeded."""
+        fitters: list[PayloadFitter] = []
+
+        def fitter() -> PayloadFitter:
+            fitters.append(PayloadFitter(record.payload, self.count, record.lang))
+            return fitters[-1]
+
+        block, tokens = self._render(record, budget, fitter)
+        return PreparedBlock(block, tokens, budget, fitters[0] if fitters else None)
+
+    def keep_block(self, session_id: str, version: int, prepared: PreparedBlock) -> None:
+        """Keep a block :meth:`prepare_block` made, as ``version``'s of the session (the commit
+        of its record made it that version)."""
+        self._keep((session_id, version, prepared.budget), (prepared.block, prepared.tokens))
+        if prepared.fitter is not None:
+            self._fitters.pop((session_id, version), None)
+            while len(self._fitters) >= FITTERS_KEPT:
+                del self._fitters[next(iter(self._fitters))]  # the least recently used
+            self._fitters[(session_id, version)] = prepared.fitter
+
+    def _keep(self, key: BlockKey, made: tuple[str, int]) -> None:
+        if len(self._blocks) > BLOCK_CACHE_SIZE:
+            self._blocks.clear()
+        self._blocks[key] = made
+
+    def _render(
+        self, record: SummaryRecord, budget: int, fitter_of: Callable[[], PayloadFitter]
+    ) -> tuple[str, int]:
+        """The block for ``record`` cut to ``budget`` and its tokens (``fitter_of``: the
+        record's fitter, asked for only when the whole block does not fit)."""
         wrap = functools.partial(wrap_summary_block, recall=self.recall)
         block = wrap(record.text, record.lang)
         tokens = self.count(block)
-        fitter = self._fitter(session_id, version, record) if tokens > budget else None
+        fitter = fitter_of() if tokens > budget else None
         if fitter is not None and record.text == fitter.rendering():
             # Smaller by the record's own order of sacrifice: old excerpts and list items
             # before identifiers, whole items only.
@@ -136,9 +185,6 @@ class TokenBook:
                     hi = mid - 1
             block = wrap(cut_text(text, lo), record.lang)
             tokens = self.count(block)
-        if len(self._blocks) > BLOCK_CACHE_SIZE:
-            self._blocks.clear()
-        self._blocks[key] = (block, tokens)
         return block, tokens
 
     def _fitter(self, session_id: str, version: int, record: SummaryRecord) -> PayloadFitter:

@@ -106,6 +106,18 @@ def test_every_service_method_is_described() -> None:
     assert not undescribed, f"give these a docstring: {undescribed}"
 
 
+def test_the_hosts_members_and_its_optional_ones_are_in_the_contracts() -> None:
+    from host_stub import services
+
+    text = (ROOT / "docs" / "contracts.md").read_text(encoding="utf-8")
+    members = [name for name, _ in docgen.protocol_members(services.HostProtocol)]
+    members += [name for name, _ in docgen.protocol_members(services.YieldsToTurns)]
+    assert "after_turns" in members
+    missing = [name for name in members if f"`{name}" not in text]
+    assert not missing, f"not in docs/contracts.md: {missing}"
+    assert isinstance(Host(), services.YieldsToTurns)  # the reference host offers it
+
+
 def test_config_table_shows_ranges_choices_and_aalis_names() -> None:
     table = docgen.sections()["config"]()
     rows = {line.split("|")[1].strip(): line for line in table.splitlines()[2:]}

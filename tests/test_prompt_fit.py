@@ -209,6 +209,24 @@ def test_a_block_that_fits_a_smaller_budget_is_not_rendered_again() -> None:
     assert fewer <= tokens - 1 and smaller != block and counted
 
 
+def test_a_block_made_before_the_commit_is_the_block_and_kept_only_when_told() -> None:
+    """A compression makes the new record's block before its commit (``prepare_block``): the
+    same block and count :meth:`block` gives, cached by nothing until ``keep_block`` (the
+    commit won), then found for that version, its smaller renderings with it."""
+    record = _excerpts_record()
+    book = TokenBook(MemorySummaryConfig(), FakeLLM())
+    _, full_tokens = book.block("other", 1, record, 100_000)
+    budget = full_tokens // 2
+    prepared = book.prepare_block(record, budget)
+    fresh = TokenBook(MemorySummaryConfig(), FakeLLM())
+    assert (prepared.block, prepared.tokens) == fresh.block("s", 7, record, budget)
+    assert book.cached_block("s", 7, budget) is None  # not the session's before the commit
+    assert prepared.fitter is not None  # the whole block did not fit: the fitter made it
+    book.keep_block("s", 7, prepared)
+    assert book.cached_block("s", 7, budget) == (prepared.block, prepared.tokens)
+    assert book._fitter("s", 7, record) is prepared.fitter  # smaller budgets start from it
+
+
 def test_blocks_for_ever_smaller_budgets_reuse_the_records_smaller_renderings(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

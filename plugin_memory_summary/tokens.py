@@ -149,10 +149,7 @@ class TokenBook:
         of its record made it that version)."""
         self._keep((session_id, version, prepared.budget), (prepared.block, prepared.tokens))
         if prepared.fitter is not None:
-            self._fitters.pop((session_id, version), None)
-            while len(self._fitters) >= FITTERS_KEPT:
-                del self._fitters[next(iter(self._fitters))]  # the least recently used
-            self._fitters[(session_id, version)] = prepared.fitter
+            self._keep_fitter((session_id, version), prepared.fitter)
 
     def _keep(self, key: BlockKey, made: tuple[str, int]) -> None:
         if len(self._blocks) > BLOCK_CACHE_SIZE:
@@ -192,13 +189,19 @@ class TokenBook:
         reused (a prompt near the window's edge asks for a slightly different budget at each
         call)."""
         key = (session_id, version)
-        fitter = self._fitters.pop(key, None)
+        fitter = self._fitters.get(key)
         if fitter is None:
             fitter = PayloadFitter(record.payload, self.count, record.lang)
-            while len(self._fitters) >= FITTERS_KEPT:
-                del self._fitters[next(iter(self._fitters))]  # the least recently used
-        self._fitters[key] = fitter
+        self._keep_fitter(key, fitter)
         return fitter
+
+    def _keep_fitter(self, key: tuple[str, int], fitter: PayloadFitter) -> None:
+        """``fitter`` as the most recently used, the least recently used ones past
+        :data:`FITTERS_KEPT` dropped."""
+        self._fitters.pop(key, None)
+        while len(self._fitters) >= FITTERS_KEPT:
+            del self._fitters[next(iter(self._fitters))]  # the least recently used
+        self._fitters[key] = fitter
 
     def _larger_that_fits(
         self, session_id: str, version: int, budget: int

@@ -9,12 +9,14 @@ The peers are not dependencies of the plugin: install them in a separate environ
 
 Per model call (step): context tokens sent, messages kept verbatim, tool-pair violations in what
 is sent, and the time the memory component took for that call. Ours runs in the real host
-(SQLite file, plugin from its entry point); its per-step time is the time spent inside the
-plugin's own receivers and hooks on the turn path (``agent:turn:after`` and ``token:usage``
-receivers, the contribution, ``before_model_call`` with any blocking compression), and, as a
-second figure, the same with the host's dispatch of those signals and hooks around it. Its
-background compressions run off the turn. The peers summarize inline, so their step time
-includes the (instant) summarizer call.
+(SQLite file or the in-memory store, plugin from its entry point); its per-step time is the
+whole host turn around the model call (store appends, snapshot, prompt build, every hook and
+signal, the plugin's work; not the model), with two parts of it apart: the plugin's own code on
+the turn path (its ``agent:turn:after`` and ``token:usage`` receivers, its prompt hooks
+``agent_prompt``, ``prune_history`` and ``before_model_call`` with any blocking compression),
+and that with the host's dispatch of those signals and hooks around it. Its background
+compressions run off the turn. The peers summarize inline, so their step time includes the
+(instant) summarizer call.
 """
 
 from __future__ import annotations
@@ -333,13 +335,18 @@ def run_langmem(
 # -- ours ------------------------------------------------------------------------------------------
 
 
+#: The host's dispatch of the plugins' prompt hooks (contributions, history pruning,
+#: ``before_model_call``), timed around the plugin's own code as the host path.
+HOST_PATH = ("_collect_contributions", "_pruned", "_before_model_call")
+
+
 def instrument(host: Any, steps: list[float]) -> None:
-    """The host path: the host's contributions, ``token:usage`` sends and ``before_model_call``
-    (a rebuild included) and the turn's ``agent:turn:after`` send, dispatch included, are added
-    to ``steps[-1]`` (the caller starts a step at each ``Host._prepare_call``)."""
+    """The host path: the host's dispatch of the prompt hooks (:data:`HOST_PATH`: contributions,
+    ``prune_history``, ``before_model_call`` with any rebuild), its ``token:usage`` sends and
+    the turn's ``agent:turn:after`` send, dispatch included, are added to ``steps[-1]`` (the
+    caller starts a step at each ``Host._prepare_call``)."""
     names = (signals.TOKEN_USAGE, signals.AGENT_TURN_AFTER)
     send = host.bus.send
-    collect, before = host._collect_contributions, host._before_model_call
 
     def timed(fn: Any) -> Any:
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -358,8 +365,8 @@ def instrument(host: Any, steps: list[float]) -> None:
         return await send(name, *built, **payload)
 
     host.bus.send = timed_send
-    host._collect_contributions = timed(collect)
-    host._before_model_call = timed(before)
+    for name in HOST_PATH:
+        setattr(host, name, timed(getattr(host, name)))
 
 
 #: The plugin's own entry points on the turn path: its signal receivers and its hooks.
@@ -368,6 +375,7 @@ PLUGIN_ENTRY_POINTS = (
     "_on_token_usage",
     "_on_session_compress",
     "agent_prompt",
+    "prune_history",
     "before_model_call",
 )
 

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 import host_stub.memory.sqlite as sqlite_backend
-from host_stub.memory.sqlite import SQLiteMemory
+from host_stub.memory.sqlite import CHECKPOINT_INTERVAL_S, SQLiteMemory
 from host_stub.messages import Message
 
 SESSION = "s"
@@ -295,6 +296,64 @@ async def test_an_archive_checkpoints_the_wal_beside_the_store(tmp_path: Path) -
     for thread in threads:
         await asyncio.to_thread(thread.join, 5)
         assert not thread.is_alive()
+
+
+async def test_archives_close_together_share_one_checkpoint(tmp_path: Path) -> None:
+    """A host that archives at every turn (a trim after each reply) got a checkpoint at every
+    turn, each competing with the next turn for the CPU (the whole turn 1.32-1.38 ms at the
+    median, 1.04-1.10 without, in ``bench/overhead.py --flatness`` on SQLite). Checkpoints now start at most every
+    ``CHECKPOINT_INTERVAL_S``: the first archive's at once, the archives that follow within the
+    interval share one at its end, so the last archive's pages are still checkpointed."""
+    path = tmp_path / "wal.db"
+    memory = SQLiteMemory(path, counter)
+    started: list[float] = []
+    try:
+        checkpoints = memory._checkpoints  # noqa: SLF001
+        assert checkpoints is not None
+        run = checkpoints._checkpoint
+
+        def counted() -> None:
+            started.append(time.monotonic())
+            run()
+
+        checkpoints._checkpoint = counted  # type: ignore[method-assign]
+        text = "the flight was moved to gate B12 because of the storm " * 20
+        await memory.append(SESSION, [user(f"{i} {text}") for i in range(40)])
+        first = time.monotonic()
+        for keep in range(30, 10, -1):  # twenty archives, one right after the other
+            assert await memory.trim_history(SESSION, keep_recent=keep)
+        assert time.monotonic() - first < CHECKPOINT_INTERVAL_S  # all within one interval
+        await asyncio.sleep(0.05)
+        assert len(started) == 1  # the first archive's, at once
+        await asyncio.sleep(CHECKPOINT_INTERVAL_S + 0.1)
+        assert len(started) == 2  # one more for the nineteen that followed, at the end
+        assert started[1] - started[0] >= CHECKPOINT_INTERVAL_S * 0.9
+        assert checkpoints._running is not None
+        await asyncio.wrap_future(checkpoints._running)
+        wal = sqlite3.connect(path)
+        try:  # nothing left to copy: the last archive's pages are in the file
+            busy, log_frames, done = wal.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        finally:
+            wal.close()
+        assert busy == 0 and done == log_frames
+        await asyncio.sleep(CHECKPOINT_INTERVAL_S + 0.1)
+        assert len(started) == 2  # nothing archived since: no more checkpoints
+        assert await memory.trim_history(SESSION, keep_recent=5)
+        await asyncio.sleep(0.05)
+        assert len(started) == 3  # an archive after a quiet interval: at once again
+    finally:
+        await memory.close()
+
+
+async def test_closing_the_store_cancels_a_checkpoint_it_put_off(tmp_path: Path) -> None:
+    memory = SQLiteMemory(tmp_path / "wal.db", counter)
+    await memory.append(SESSION, [user(f"m{i}") for i in range(10)])
+    assert await memory.trim_history(SESSION, keep_recent=8)
+    assert await memory.trim_history(SESSION, keep_recent=6)  # put off to the interval's end
+    checkpoints = memory._checkpoints  # noqa: SLF001
+    assert checkpoints is not None and checkpoints._deferred is not None
+    await memory.close()
+    assert checkpoints._deferred is None and checkpoints._executor is None
 
 
 async def test_with_a_trace_callback_every_call_runs_in_the_worker(
@@ -708,3 +767,36 @@ async def test_a_file_that_cannot_be_opened_fails_the_start_and_is_closed(tmp_pa
     await asyncio.sleep(0.05)
     assert not {t.name for t in threading.enumerate()} - before  # no worker left behind
     assert path.read_text().startswith("plain text")
+
+
+def test_a_checkpoint_put_off_on_an_ended_loop_does_not_stop_later_ones(tmp_path: Path) -> None:
+    """A store used from one ``asyncio.run`` after another: a checkpoint put off on a loop that
+    ended never ran; the next archive, on the new loop, still gets one."""
+    memory = SQLiteMemory(tmp_path / "wal.db", counter)
+    started: list[float] = []
+    checkpoints = memory._checkpoints  # noqa: SLF001
+    assert checkpoints is not None
+    run = checkpoints._checkpoint
+
+    def counted() -> None:
+        started.append(time.monotonic())
+        run()
+
+    checkpoints._checkpoint = counted  # type: ignore[method-assign]
+
+    async def two_archives() -> None:
+        await memory.append(SESSION, [user(f"m{i}") for i in range(10)])
+        assert await memory.trim_history(SESSION, keep_recent=8)
+        assert await memory.trim_history(SESSION, keep_recent=6)  # put off
+
+    asyncio.run(two_archives())
+    assert checkpoints._deferred is not None and len(started) == 1
+
+    async def later() -> None:
+        await asyncio.sleep(CHECKPOINT_INTERVAL_S)
+        assert await memory.trim_history(SESSION, keep_recent=4)
+        await asyncio.sleep(0.05)
+        await memory.close()
+
+    asyncio.run(later())
+    assert len(started) == 2

@@ -76,8 +76,12 @@ thousand pages) is run by the commit that takes the WAL past that mark; with a t
 on the event loop's thread, a turn now and then paid it (several milliseconds). After each
 archive (``commit_compression``, ``trim_history``: every few turns of a chat), a second
 connection, in a thread of its own, checkpoints the WAL (``PASSIVE``: it waits for no reader or
-writer, and the store's connection goes on meanwhile), so the WAL rarely reaches the mark. The
-automatic checkpoint stays on for a store that never archives. ``close()`` ends the thread.
+writer, and the store's connection goes on meanwhile), so the WAL rarely reaches the mark. A
+checkpoint competes with the next turn for the CPU: they start at most every
+``CHECKPOINT_INTERVAL_S`` (a host that trims at every turn got one per turn), the first
+archive's at once, the ones that follow within the interval sharing one at its end. The
+automatic checkpoint stays on for a store that never archives. ``close()`` cancels a checkpoint
+put off and ends the thread.
 
 Tracing. :meth:`SQLiteMemory.set_trace_callback` installs a ``sqlite3`` trace callback on the
 connection. It runs in the worker thread just before each statement (``BEGIN`` and ``COMMIT``
@@ -143,7 +147,14 @@ from .search_plan import (
     with_context,
 )
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteMemory", "backfill_search", "message_rows"]
+__all__ = [
+    "CHECKPOINT_INTERVAL_S",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "SQLiteMemory",
+    "backfill_search",
+    "message_rows",
+]
 
 log = logging.getLogger("host_stub.memory.sqlite")
 
@@ -230,6 +241,10 @@ MIGRATIONS: dict[int, str] = {
     UPDATE sessions SET indexed_seq = last_seq;
     """,
 }
+
+#: Checkpoints after archives start at most this often (seconds); the archives that follow one
+#: within this time share one checkpoint at its end (see the module's docstring).
+CHECKPOINT_INTERVAL_S = 0.25
 
 #: The search index's rowid of message ``seq`` of the session with key ``id`` is
 #: ``id << _SEQ_BITS | seq``: a session's entries are one rowid range, which FTS5 seeks to.
@@ -957,22 +972,47 @@ class SQLiteMemory:
 class _Checkpointer:
     """Checkpoints of a database's WAL on a connection and a thread of their own (see the
     module's docstring): ``PASSIVE``, so they wait for no reader or writer, and the store's
-    connection goes on with its transactions meanwhile."""
+    connection goes on with its transactions meanwhile. At most one starts every
+    :data:`CHECKPOINT_INTERVAL_S`; one asked for sooner is put off to the interval's end (one
+    at a time: the archives in between share it)."""
 
     def __init__(self, path: str) -> None:
         self._path = path
         self._executor: ThreadPoolExecutor | None = None
         self._db: sqlite3.Connection | None = None  # used by the checkpoint thread only
         self._running: Future[None] | None = None
+        self._started = -CHECKPOINT_INTERVAL_S  # monotonic time of the last start
+        #: A checkpoint put off: the loop its timer is on and the timer.
+        self._deferred: tuple[asyncio.AbstractEventLoop, asyncio.TimerHandle] | None = None
 
     def soon(self) -> None:
-        """Start a checkpoint, unless one is still running."""
-        if self._running is not None and not self._running.done():
+        """Checkpoint after an archive: now, or at the end of the current interval when a
+        checkpoint started less than :data:`CHECKPOINT_INTERVAL_S` ago or still runs (on the
+        running event loop; nothing more when one is put off already on that loop)."""
+        loop = asyncio.get_running_loop()
+        if self._deferred is not None:
+            if self._deferred[0] is loop:
+                return
+            self._deferred[1].cancel()  # put off on a loop that has ended: start again here
+            self._deferred = None
+        wait = self._started + CHECKPOINT_INTERVAL_S - time.monotonic()
+        running = self._running is not None and not self._running.done()
+        if wait <= 0 and not running:
+            self._start()
             return
+        delay = max(wait, CHECKPOINT_INTERVAL_S if running else 0.0)
+        self._deferred = (loop, loop.call_later(delay, self._put_off_done))
+
+    def _put_off_done(self) -> None:
+        self._deferred = None
+        self.soon()
+
+    def _start(self) -> None:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="sqlite-checkpoint"
             )
+        self._started = time.monotonic()
         self._running = self._executor.submit(self._checkpoint)
 
     def _checkpoint(self) -> None:
@@ -993,7 +1033,11 @@ class _Checkpointer:
                 db.close()
 
     async def close(self) -> None:
-        """Wait for a running checkpoint, then close the connection and end the thread."""
+        """Cancel a checkpoint put off; wait for a running one, then close the connection and
+        end the thread."""
+        if self._deferred is not None:
+            self._deferred[1].cancel()
+            self._deferred = None
         executor, self._executor = self._executor, None
         if executor is not None:
             closing = executor.submit(self._close_connection)

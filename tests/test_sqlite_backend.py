@@ -298,25 +298,34 @@ async def test_an_archive_checkpoints_the_wal_beside_the_store(tmp_path: Path) -
         assert not thread.is_alive()
 
 
+def count_checkpoints(memory: SQLiteMemory) -> list[float]:
+    """The monotonic times at which ``memory``'s checkpoints start from now on."""
+    checkpoints = memory._checkpoints  # noqa: SLF001
+    assert checkpoints is not None
+    run = checkpoints._checkpoint
+    started: list[float] = []
+
+    def counted() -> None:
+        started.append(time.monotonic())
+        run()
+
+    checkpoints._checkpoint = counted  # type: ignore[method-assign]
+    return started
+
+
 async def test_archives_close_together_share_one_checkpoint(tmp_path: Path) -> None:
     """A host that archives at every turn (a trim after each reply) got a checkpoint at every
     turn, each competing with the next turn for the CPU (the whole turn 1.32-1.38 ms at the
-    median, 1.04-1.10 without, in ``bench/overhead.py --flatness`` on SQLite). Checkpoints now start at most every
-    ``CHECKPOINT_INTERVAL_S``: the first archive's at once, the archives that follow within the
-    interval share one at its end, so the last archive's pages are still checkpointed."""
+    median, 1.04-1.10 without, in ``bench/overhead.py --flatness`` on SQLite). Checkpoints now
+    start at most every ``CHECKPOINT_INTERVAL_S``: the first archive's at once, the archives
+    that follow within the interval share one at its end, so the last archive's pages are still
+    checkpointed."""
     path = tmp_path / "wal.db"
     memory = SQLiteMemory(path, counter)
-    started: list[float] = []
+    started = count_checkpoints(memory)
+    checkpoints = memory._checkpoints  # noqa: SLF001
+    assert checkpoints is not None
     try:
-        checkpoints = memory._checkpoints  # noqa: SLF001
-        assert checkpoints is not None
-        run = checkpoints._checkpoint
-
-        def counted() -> None:
-            started.append(time.monotonic())
-            run()
-
-        checkpoints._checkpoint = counted  # type: ignore[method-assign]
         text = "the flight was moved to gate B12 because of the storm " * 20
         await memory.append(SESSION, [user(f"{i} {text}") for i in range(40)])
         first = time.monotonic()
@@ -773,16 +782,9 @@ def test_a_checkpoint_put_off_on_an_ended_loop_does_not_stop_later_ones(tmp_path
     """A store used from one ``asyncio.run`` after another: a checkpoint put off on a loop that
     ended never ran; the next archive, on the new loop, still gets one."""
     memory = SQLiteMemory(tmp_path / "wal.db", counter)
-    started: list[float] = []
+    started = count_checkpoints(memory)
     checkpoints = memory._checkpoints  # noqa: SLF001
     assert checkpoints is not None
-    run = checkpoints._checkpoint
-
-    def counted() -> None:
-        started.append(time.monotonic())
-        run()
-
-    checkpoints._checkpoint = counted  # type: ignore[method-assign]
 
     async def two_archives() -> None:
         await memory.append(SESSION, [user(f"m{i}") for i in range(10)])

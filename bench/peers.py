@@ -28,7 +28,7 @@ import inspect
 import json
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -520,6 +520,45 @@ async def run_ours(
     return run
 
 
+def interleaved(conversations: int, systems: Sequence[str]) -> Iterator[tuple[int, str]]:
+    """The order the systems run in: ``(conversation index, system)``, every system on one
+    conversation before the next conversation, the order of the systems turned by one at each
+    conversation. A machine's state drifts over a run (other jobs, its clock, its caches):
+    run one system after the other and each meets a different machine; interleaved, each
+    system's steps are spread over the same stretch of time, so the ratios compare like with
+    like."""
+    for i in range(conversations):
+        turn = i % len(systems) if systems else 0
+        for label in [*systems[turn:], *systems[:turn]]:
+            yield i, label
+
+
+async def run_ours_at(
+    conversation: Conversation,
+    budget: int,
+    *,
+    config: dict[str, Any],
+    counter: TokenCounter,
+    label: str,
+    wait: float,
+    memory: str | None,
+) -> SystemRun:
+    return await run_ours(
+        conversation, config, counter, label, model_latency_s=wait, budget=budget, memory=memory
+    )
+
+
+def run_peer_at(
+    peer: Callable[..., SystemRun],
+    lc: dict[str, Any],
+    counter: TokenCounter,
+    wait: float,
+    conversation: Conversation,
+    budget: int,
+) -> SystemRun:
+    return peer(lc, conversation, counter, model_latency_s=wait, budget=budget)
+
+
 def aggregate(runs: list[SystemRun], conv_tokens: int) -> dict[str, Any]:
     steps = [s for r in runs for s in r.steps]
     times = [t for r in runs for t in r.step_times]
@@ -699,31 +738,44 @@ async def main() -> None:
     for name, conversations, budget_of, full in cases:
         conv_tokens = sum(conversation_tokens(c, counter) for c in conversations)
         budgets = [budget_of(c) for c in conversations]
-        runs: dict[str, list[SystemRun]] = {}
+        systems: list[tuple[str, Callable[[Conversation, int], Any]]] = []
         for label, (config, wait, memory) in ours.items():
             if not full and (wait != latency or not label.startswith(f"ours: {RECOMMENDED}")):
                 continue
-            progress(f"{name}: {label}")
-            runs[label] = [
-                await run_ours(
-                    c, config, counter, label, model_latency_s=wait, budget=b, memory=memory
+            systems.append(
+                (
+                    label,
+                    functools.partial(
+                        run_ours_at,
+                        config=config,
+                        counter=counter,
+                        label=label,
+                        wait=wait,
+                        memory=memory,
+                    ),
                 )
-                for c, b in zip(conversations, budgets, strict=True)
-            ]
+            )
         for wait in regimes(latency) if full else (latency,):
             suffix = ", instant model calls" if wait != latency else ""
-            progress(f"{name}: LangChain{suffix}")
-            runs[f"{LANGCHAIN} (keep {KEEP_MESSAGES} msgs){suffix}"] = [
-                run_langchain(lc, c, counter, model_latency_s=wait, budget=b)
-                for c, b in zip(conversations, budgets, strict=True)
-            ]
-            if not full:
-                continue
-            progress(f"{name}: LangMem{suffix}")
-            runs[f"{LANGMEM} (max_summary_tokens {LANGMEM_SUMMARY_TOKENS}){suffix}"] = [
-                run_langmem(lc, c, counter, model_latency_s=wait, budget=b)
-                for c, b in zip(conversations, budgets, strict=True)
-            ]
+            systems.append(
+                (
+                    f"{LANGCHAIN} (keep {KEEP_MESSAGES} msgs){suffix}",
+                    functools.partial(run_peer_at, run_langchain, lc, counter, wait),
+                )
+            )
+            if full:
+                systems.append(
+                    (
+                        f"{LANGMEM} (max_summary_tokens {LANGMEM_SUMMARY_TOKENS}){suffix}",
+                        functools.partial(run_peer_at, run_langmem, lc, counter, wait),
+                    )
+                )
+        progress(f"{name}: {len(systems)} systems, each conversation by all in turn")
+        by_label = dict(systems)
+        runs: dict[str, list[SystemRun]] = {label: [] for label in by_label}
+        for i, label in interleaved(len(conversations), list(by_label)):
+            run = by_label[label](conversations[i], budgets[i])
+            runs[label].append(await run if inspect.isawaitable(run) else run)
         results[name] = {}
         for label, rs in runs.items():
             a = aggregate(rs, conv_tokens)
@@ -833,6 +885,9 @@ async def main() -> None:
         "peers' steps are followed by the same call (a blocking sleep, untimed): idle time "
         "between steps leaves the next one colder caches and a lower clock, for every system "
         "alike; the 'instant model calls' rows run every system back to back.",
+        "Order: each conversation is run by every system in turn, the order of the systems "
+        "turned by one at each conversation, so every system's steps spread over the same "
+        "stretch of the run and a machine that slows or speeds up over it moves all alike.",
         "Steps waiting on a compression: a peer's steps with an inline summarizer call; ours, "
         "steps whose before_model_call made a blocking (hard) compression request (it waited "
         "for a run, its own or one it joined). With a real summarizer each such step waits for "

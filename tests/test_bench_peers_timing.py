@@ -79,3 +79,14 @@ def test_the_host_path_times_the_dispatch_of_every_prompt_hook() -> None:
     peers.instrument(host, [])
     for name, original in originals.items():
         assert getattr(host, name) is not original, f"{name} is not timed"
+
+
+def test_every_system_runs_each_conversation_before_the_next_in_a_turning_order() -> None:
+    systems = ["ours", "ours, in memory", "LangChain"]
+    order = list(peers.interleaved(4, systems))
+    assert [i for i, _ in order] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    by_conversation = [[label for i, label in order if i == c] for c in range(4)]
+    assert by_conversation[0] == systems
+    assert by_conversation[1] == ["ours, in memory", "LangChain", "ours"]
+    assert by_conversation[3] == systems  # back to the first order after a full turn
+    assert list(peers.interleaved(2, [])) == []

@@ -770,10 +770,11 @@ async def main() -> None:
                         functools.partial(run_peer_at, run_langmem, lc, counter, wait),
                     )
                 )
-        progress(f"{name}: {len(systems)} systems, each conversation by all in turn")
         by_label = dict(systems)
         runs: dict[str, list[SystemRun]] = {label: [] for label in by_label}
         for i, label in interleaved(len(conversations), list(by_label)):
+            if all(len(r) == i for r in runs.values()):  # the conversation's first system
+                progress(f"{name}: conversation {i + 1} of {len(conversations)}")
             run = by_label[label](conversations[i], budgets[i])
             runs[label].append(await run if inspect.isawaitable(run) else run)
         results[name] = {}

@@ -533,32 +533,6 @@ def interleaved(conversations: int, systems: Sequence[str]) -> Iterator[tuple[in
             yield i, label
 
 
-async def run_ours_at(
-    conversation: Conversation,
-    budget: int,
-    *,
-    config: dict[str, Any],
-    counter: TokenCounter,
-    label: str,
-    wait: float,
-    memory: str | None,
-) -> SystemRun:
-    return await run_ours(
-        conversation, config, counter, label, model_latency_s=wait, budget=budget, memory=memory
-    )
-
-
-def run_peer_at(
-    peer: Callable[..., SystemRun],
-    lc: dict[str, Any],
-    counter: TokenCounter,
-    wait: float,
-    conversation: Conversation,
-    budget: int,
-) -> SystemRun:
-    return peer(lc, conversation, counter, model_latency_s=wait, budget=budget)
-
-
 def aggregate(runs: list[SystemRun], conv_tokens: int) -> dict[str, Any]:
     steps = [s for r in runs for s in r.steps]
     times = [t for r in runs for t in r.step_times]
@@ -738,7 +712,7 @@ async def main() -> None:
     for name, conversations, budget_of, full in cases:
         conv_tokens = sum(conversation_tokens(c, counter) for c in conversations)
         budgets = [budget_of(c) for c in conversations]
-        systems: list[tuple[str, Callable[[Conversation, int], Any]]] = []
+        systems: list[tuple[str, Callable[..., Any]]] = []
         for label, (config, wait, memory) in ours.items():
             if not full and (wait != latency or not label.startswith(f"ours: {RECOMMENDED}")):
                 continue
@@ -746,11 +720,11 @@ async def main() -> None:
                 (
                     label,
                     functools.partial(
-                        run_ours_at,
+                        run_ours,
                         config=config,
                         counter=counter,
                         label=label,
-                        wait=wait,
+                        model_latency_s=wait,
                         memory=memory,
                     ),
                 )
@@ -760,14 +734,14 @@ async def main() -> None:
             systems.append(
                 (
                     f"{LANGCHAIN} (keep {KEEP_MESSAGES} msgs){suffix}",
-                    functools.partial(run_peer_at, run_langchain, lc, counter, wait),
+                    functools.partial(run_langchain, lc, counter=counter, model_latency_s=wait),
                 )
             )
             if full:
                 systems.append(
                     (
                         f"{LANGMEM} (max_summary_tokens {LANGMEM_SUMMARY_TOKENS}){suffix}",
-                        functools.partial(run_peer_at, run_langmem, lc, counter, wait),
+                        functools.partial(run_langmem, lc, counter=counter, model_latency_s=wait),
                     )
                 )
         by_label = dict(systems)
@@ -775,7 +749,7 @@ async def main() -> None:
         for i, label in interleaved(len(conversations), list(by_label)):
             if all(len(r) == i for r in runs.values()):  # the conversation's first system
                 progress(f"{name}: conversation {i + 1} of {len(conversations)}")
-            run = by_label[label](conversations[i], budgets[i])
+            run = by_label[label](conversations[i], budget=budgets[i])
             runs[label].append(await run if inspect.isawaitable(run) else run)
         results[name] = {}
         for label, rs in runs.items():

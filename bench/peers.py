@@ -27,6 +27,7 @@ import functools
 import inspect
 import json
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -55,6 +56,7 @@ from common import (  # noqa: E402
     write_results,
 )
 from fakes import bench_llm, fake_summary_text, summarizer_stats  # noqa: E402
+from peer_agent import replay_agent  # noqa: E402
 from replay import (  # noqa: E402
     Step,
     SystemRun,
@@ -71,7 +73,13 @@ from host_stub.datasets import Conversation, load_locomo, load_tau_bench  # noqa
 from host_stub.host import WARMING_UP  # noqa: E402
 from host_stub.testing import CallStats  # noqa: E402
 
-PEER_PACKAGES = ("langchain", "langchain-core", "langgraph", "langmem")
+PEER_PACKAGES = (
+    "langchain",
+    "langchain-core",
+    "langgraph",
+    "langgraph-checkpoint-sqlite",
+    "langmem",
+)
 INSTALL_HINT = (
     "the peers (LangChain v1, LangMem) are not installed in this interpreter; install them in a "
     "separate environment inside the repository (ignored by git): python3 -m venv .benchvenv && "
@@ -79,15 +87,23 @@ INSTALL_HINT = (
     ".benchvenv/bin/python bench/peers.py"
 )
 KEEP_MESSAGES = 20
+#: The checkpointers LangChain's agent runs with: one per kind of store ours runs on.
+CHECKPOINTERS = ("in-memory", "SQLite")
 LANGMEM_SUMMARY_TOKENS = 512  # the plugin's summary budget at a 4k window
 
 
 def import_peers() -> dict[str, Any]:
     try:
+        import sqlite3
+
+        from langchain.agents import create_agent
         from langchain.agents.middleware import SummarizationMiddleware
         from langchain_core.language_models.chat_models import BaseChatModel
         from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
         from langchain_core.outputs import ChatGeneration, ChatResult
+        from langchain_core.tools import BaseTool
+        from langgraph.checkpoint.memory import InMemorySaver
+        from langgraph.checkpoint.sqlite import SqliteSaver
         from langmem.short_term import summarize_messages
     except ImportError as exc:
         print(f"peers not installed ({exc.name or exc}): {INSTALL_HINT}", file=sys.stderr)
@@ -102,6 +118,12 @@ def import_peers() -> dict[str, Any]:
         "ChatGeneration": ChatGeneration,
         "ChatResult": ChatResult,
         "summarize_messages": summarize_messages,
+        "create_agent": create_agent,
+        "BaseTool": BaseTool,
+        "checkpointers": {
+            "in-memory": lambda path: InMemorySaver(),
+            "SQLite": lambda path: SqliteSaver(sqlite3.connect(path, check_same_thread=False)),
+        },
     }
 
 
@@ -223,6 +245,9 @@ def sent_step(adapter: LCAdapter, sent: list[Any], summary_ids: set[str]) -> Ste
 
 
 LANGCHAIN = "LangChain SummarizationMiddleware"
+LANGCHAIN_AGENT = "LangChain agent"
+#: What the agent rows run: the middleware in LangChain's own agent graph.
+AGENT_GRAPH = "create_agent + SummarizationMiddleware"
 LANGMEM = "LangMem summarize_messages"
 
 
@@ -260,16 +285,9 @@ def run_langchain(
 ) -> SystemRun:
     adapter = LCAdapter(lc, counter)
     log = CallStats()
-    model = make_fake_model(lc, adapter, log)
     system_text, _ = split_system(conversation)
     system = lc["SystemMessage"](content=system_text, id="system")
-    fixed = adapter.count([system])
-    middleware = lc["SummarizationMiddleware"](
-        model,
-        trigger=("tokens", budget - fixed),
-        keep=("messages", KEEP_MESSAGES),
-        token_counter=adapter.count,
-    )
+    middleware = summarization_middleware(lc, adapter, log, system, budget)
     run = SystemRun(LANGCHAIN)
     run.extra["budget"] = budget
     state: list[Any] = []
@@ -286,6 +304,64 @@ def run_langchain(
         }
         run.steps.append(sent_step(adapter, [system, *state], summary_ids))
         model_call(model_latency_s)
+    run.summarizer_calls, run.summarizer_input_tokens = log.calls, log.input_tokens
+    return run
+
+
+def summarization_middleware(
+    lc: dict[str, Any], adapter: LCAdapter, log: CallStats, system: Any, budget: int
+) -> Any:
+    """The middleware as both LangChain rows run it: it summarizes (with the fake summarizer,
+    counted in ``log``) once the state passes the budget less the system prompt, keeping the
+    last :data:`KEEP_MESSAGES` messages."""
+    return lc["SummarizationMiddleware"](
+        make_fake_model(lc, adapter, log),
+        trigger=("tokens", budget - adapter.count([system])),
+        keep=("messages", KEEP_MESSAGES),
+        token_counter=adapter.count,
+    )
+
+
+def run_langchain_agent(
+    lc: dict[str, Any],
+    conversation: Conversation,
+    counter: TokenCounter,
+    *,
+    checkpointer: str,
+    model_latency_s: float = 0.0,
+    budget: int = BUDGET,
+) -> SystemRun:
+    """The middleware inside LangChain's own agent (``create_agent``) with a checkpointer
+    (``"in-memory"`` or ``"SQLite"``, a file in a temporary directory): the whole step a
+    LangChain user's agent waits for between model calls (see ``bench/peer_agent.py``)."""
+    adapter = LCAdapter(lc, counter)
+    log = CallStats()
+    system_text, _ = split_system(conversation)
+    system = lc["SystemMessage"](content=system_text, id="system")
+    middleware = summarization_middleware(lc, adapter, log, system, budget)
+    with tempfile.TemporaryDirectory(prefix="bench-agent-") as tmp:
+        saver = lc["checkpointers"][checkpointer](str(Path(tmp) / "checkpoints.db"))
+        replay = replay_agent(
+            lc,
+            conversation.messages,
+            to_lc=adapter.to_lc,
+            system_prompt=system_text,
+            middleware=middleware,
+            checkpointer=saver,
+            summarizer_calls=lambda: log.calls,
+            model_latency_s=model_latency_s,
+            thread_id=conversation.name,
+        )
+        if hasattr(saver, "conn"):
+            saver.conn.close()
+    run = SystemRun(agent_row(checkpointer))
+    run.extra["budget"] = budget
+    run.step_times, run.waited = replay.step_times, replay.waited
+    for sent in replay.sent:
+        summary_ids = {
+            str(m.id) for m in sent if m.additional_kwargs.get("lc_source") == "summarization"
+        }
+        run.steps.append(sent_step(adapter, sent, summary_ids))
     run.summarizer_calls, run.summarizer_input_tokens = log.calls, log.input_tokens
     return run
 
@@ -615,19 +691,46 @@ TURN_COLUMNS = [
     "p99 at or below",
     "ours: blocking compressions (steps), mean / max",
     "middleware: summarizing steps, mean / max",
+    "LangChain agent's whole step, same kind of store: p50 / p99",
+    "p50 / p99 at or below the agent's",
 ]
 
 
-def turn_row(ours: dict[str, Any], peer: dict[str, Any]) -> list[Any]:
-    """The whole-turn columns of one of our rows against the middleware's."""
+def turn_row(
+    ours: dict[str, Any], peer: dict[str, Any], agent: dict[str, Any] | None = None
+) -> list[Any]:
+    """The whole-turn columns of one of our rows against the middleware's, and against
+    LangChain's agent with a checkpointer of the same kind as our row's store (``-`` where it
+    did not run)."""
     return [
         slash(ours["turn_p50_us"], ours["turn_p99_us"]),
         slash(peer["turn_p50_us"], peer["turn_p99_us"]),
-        "yes" if ours["turn_p50_us"] <= peer["turn_p50_us"] else "no",
-        "yes" if ours["turn_p99_us"] <= peer["turn_p99_us"] else "no",
+        at_or_below(ours, peer, "turn_p50_us"),
+        at_or_below(ours, peer, "turn_p99_us"),
         f"{ours['blocked']}, {slash(ours['wait_mean_us'], ours['wait_max_us'])}",
         f"{peer['blocked']}, {slash(peer['wait_mean_us'], peer['wait_max_us'])}",
+        "-" if agent is None else slash(agent["turn_p50_us"], agent["turn_p99_us"]),
+        "-" if agent is None else " / ".join(at_or_below(ours, agent, k) for k in TURN_KEYS),
     ]
+
+
+#: The whole-turn figures the turn table compares.
+TURN_KEYS = ("turn_p50_us", "turn_p99_us")
+
+
+def at_or_below(ours: dict[str, Any], other: dict[str, Any], key: str) -> str:
+    return "yes" if ours[key] <= other[key] else "no"
+
+
+def agent_label(ours_label: str) -> str:
+    """The LangChain agent row one of our rows is set beside: the checkpointer of the same
+    kind as its store."""
+    return agent_row("in-memory" if "in-memory store" in ours_label else "SQLite")
+
+
+def agent_row(checkpointer: str) -> str:
+    """The label of LangChain's agent with one of :data:`CHECKPOINTERS`."""
+    return f"{LANGCHAIN_AGENT}, {checkpointer} checkpointer ({AGENT_GRAPH})"
 
 
 def fixed_tokens(conversation: Conversation, counter: TokenCounter) -> int:
@@ -737,6 +840,20 @@ async def main() -> None:
                     functools.partial(run_langchain, lc, counter=counter, model_latency_s=wait),
                 )
             )
+            if wait == latency:
+                for store in CHECKPOINTERS:
+                    systems.append(
+                        (
+                            agent_row(store),
+                            functools.partial(
+                                run_langchain_agent,
+                                lc,
+                                counter=counter,
+                                checkpointer=store,
+                                model_latency_s=wait,
+                            ),
+                        )
+                    )
             if full:
                 systems.append(
                     (
@@ -810,7 +927,8 @@ async def main() -> None:
                 label.endswith(", instant model calls") != bool(suffix)
             ):
                 continue
-            turn_table.add(name, regime, label.removeprefix("ours: "), *turn_row(a, peer))
+            agent = None if suffix else by.get(agent_label(label))
+            turn_table.add(name, regime, label.removeprefix("ours: "), *turn_row(a, peer, agent))
 
     verdict = Table(
         "Against each peer (ours = the recommended setting): is ours at least as good on each "
@@ -860,6 +978,14 @@ async def main() -> None:
         "peers' steps are followed by the same call (a blocking sleep, untimed): idle time "
         "between steps leaves the next one colder caches and a lower clock, for every system "
         "alike; the 'instant model calls' rows run every system back to back.",
+        f"{LANGCHAIN_AGENT} rows: the same middleware inside LangChain's own agent "
+        f"({AGENT_GRAPH}, with an in-memory or a SQLite checkpointer, a file like ours), "
+        "replaying the same conversation: its chat model answers with the recorded replies "
+        "(after the same untimed model call), its tools with the recorded results. Its step is "
+        "the agent's whole step between model calls (the tool node, the state update, the "
+        "checkpoint writes, the middleware's node), timed as our whole host turn is; the "
+        "middleware rows time its before_model call alone. The whole-turn table sets each of "
+        "our rows beside the agent with the same kind of store.",
         "Order: each conversation is run by every system in turn, the order of the systems "
         "turned by one at each conversation, so every system's steps spread over the same "
         "stretch of the run and a machine that slows or speeds up over it moves all alike.",

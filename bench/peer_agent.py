@@ -18,7 +18,7 @@ beside our whole host turn:
   makes none; the middleware's node before it still runs, and may summarize there).
 
 LangChain is not a dependency of the plugin: the caller passes the classes (see
-``peers.import_peers``).
+``peer_runs.import_peers``).
 """
 
 from __future__ import annotations

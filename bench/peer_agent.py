@@ -169,7 +169,10 @@ def replay_agent(
             except _TurnOver:
                 pass
             else:
-                if len(out.step_times) > calls:  # the run's tail goes to its last call
-                    out.step_times[-1] += time.perf_counter() - mark["since"]
+                if len(out.step_times) == calls:
+                    raise RuntimeError(
+                        f"{thread_id}: the agent ended a run without calling its model"
+                    )
+                out.step_times[-1] += time.perf_counter() - mark["since"]  # the run's tail
             waiting = []
     return out

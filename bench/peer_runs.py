@@ -224,11 +224,7 @@ def run_langchain(
     model_latency_s: float = 0.0,
     budget: int = BUDGET,
 ) -> SystemRun:
-    adapter = LCAdapter(lc, counter)
-    log = CallStats()
-    system_text, _ = split_system(conversation)
-    system = lc["SystemMessage"](content=system_text, id="system")
-    middleware = summarization_middleware(lc, adapter, log, system, budget)
+    adapter, log, system, middleware = middleware_for(lc, conversation, counter, budget)
     run = SystemRun(LANGCHAIN)
     run.extra["budget"] = budget
     state: list[Any] = []
@@ -249,18 +245,25 @@ def run_langchain(
     return run
 
 
-def summarization_middleware(
-    lc: dict[str, Any], adapter: LCAdapter, log: CallStats, system: Any, budget: int
-) -> Any:
-    """The middleware as both LangChain rows run it: it summarizes (with the fake summarizer,
-    counted in ``log``) once the state passes the budget less the system prompt, keeping the
-    last :data:`KEEP_MESSAGES` messages."""
-    return lc["SummarizationMiddleware"](
+def middleware_for(
+    lc: dict[str, Any], conversation: Conversation, counter: TokenCounter, budget: int
+) -> tuple[LCAdapter, CallStats, Any, Any]:
+    """The middleware as both LangChain rows run it on ``conversation``: it summarizes (with
+    the fake summarizer, counted in the returned log) once the state passes the budget less the
+    system prompt, keeping the last :data:`KEEP_MESSAGES` messages. Returns the adapter, the
+    summarizer's log, the system message (outside the state, as ``create_agent`` has it) and
+    the middleware."""
+    adapter = LCAdapter(lc, counter)
+    log = CallStats()
+    system_text, _ = split_system(conversation)
+    system = lc["SystemMessage"](content=system_text, id="system")
+    middleware = lc["SummarizationMiddleware"](
         make_fake_model(lc, adapter, log),
         trigger=("tokens", budget - adapter.count([system])),
         keep=("messages", KEEP_MESSAGES),
         token_counter=adapter.count,
     )
+    return adapter, log, system, middleware
 
 
 def run_langchain_agent(
@@ -275,18 +278,14 @@ def run_langchain_agent(
     """The middleware inside LangChain's own agent (``create_agent``) with a checkpointer
     (``"in-memory"`` or ``"SQLite"``, a file in a temporary directory): the whole step a
     LangChain user's agent waits for between model calls (see ``bench/peer_agent.py``)."""
-    adapter = LCAdapter(lc, counter)
-    log = CallStats()
-    system_text, _ = split_system(conversation)
-    system = lc["SystemMessage"](content=system_text, id="system")
-    middleware = summarization_middleware(lc, adapter, log, system, budget)
+    adapter, log, system, middleware = middleware_for(lc, conversation, counter, budget)
     with tempfile.TemporaryDirectory(prefix="bench-agent-") as tmp:
         saver = lc["checkpointers"][checkpointer](str(Path(tmp) / "checkpoints.db"))
         replay = replay_agent(
             lc,
             conversation.messages,
             to_lc=adapter.to_lc,
-            system_prompt=system_text,
+            system_prompt=system.content,
             middleware=middleware,
             checkpointer=saver,
             summarizer_calls=lambda: log.calls,

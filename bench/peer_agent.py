@@ -68,8 +68,8 @@ def agent_turns(messages: Sequence[Message]) -> list[AgentTurn]:
         for m in recorded:
             for call in m.tool_calls or []:
                 content = by_id.get(call.id)
-                turn.results.setdefault(call_key(call.function.name, call.function.arguments), [])
-                turn.results[call_key(call.function.name, call.function.arguments)].append(
+                key = call_key(call.function.name, call.function.arguments)
+                turn.results.setdefault(key, []).append(
                     content if isinstance(content, str) else json.dumps(content)
                 )
         turns.append(turn)

@@ -1,10 +1,10 @@
 """The benchmark scripts in ``bench/`` run: each in ``--quick`` mode, in a subprocess, printing its
 table and writing its results (``--out`` a temporary directory, never ``bench/results``).
 
-These are smoke tests, not timed tests: no number is asserted. ``bench/peers.py`` needs the peers
-(LangChain v1, LangMem), which are never installed with the plugin; when this interpreter lacks
-them the script must exit with status 3 and say how to install them (a non-zero status, so a job
-that expects peer numbers cannot pass without them).
+These are smoke tests, not timed tests: no number is asserted. ``bench/peers.py`` and
+``bench/host_floor.py`` need the peers (LangChain v1, LangMem), which are never installed with
+the plugin; when this interpreter lacks them the script must exit with status 3 and say how to
+install them (a non-zero status, so a job that expects peer numbers cannot pass without them).
 """
 
 from __future__ import annotations
@@ -72,18 +72,26 @@ def peers_importable() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("langchain", "langmem"))
 
 
-def test_peers_script_runs_or_says_how_to_install_the_peers(tmp_path: Path) -> None:
-    require("locomo/locomo_dev.json")
-    require("tau_bench/airline_dev.json")
-    done = run_script("peers", tmp_path)
+#: The scripts that run the peers, and the data sets they read.
+PEER_SCRIPTS = {
+    "peers": ("locomo/locomo_dev.json", "tau_bench/airline_dev.json"),
+    "host_floor": ("tau_bench/airline_dev.json",),
+}
+
+
+@pytest.mark.parametrize("name", list(PEER_SCRIPTS))
+def test_peers_script_runs_or_says_how_to_install_the_peers(name: str, tmp_path: Path) -> None:
+    for relative in PEER_SCRIPTS[name]:
+        require(relative)
+    done = run_script(name, tmp_path)
     if peers_importable():
-        assert_results("peers", tmp_path, done)
+        assert_results(name, tmp_path, done)
         assert "langmem" in done.stdout and "langchain" in done.stdout  # the versions it ran with
     else:
         assert done.returncode == 3, (done.returncode, done.stderr[-2000:])
         assert "peers not installed" in done.stderr
         assert "pip install -e '.[bench]'" in done.stderr
-        assert not (tmp_path / "peers.md").exists()
+        assert not (tmp_path / f"{name}.md").exists()
 
 
 def test_missing_data_is_a_clear_error(tmp_path: Path) -> None:

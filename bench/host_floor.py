@@ -42,7 +42,14 @@ from common import (  # noqa: E402
     write_results,
 )
 from peer_runs import KEEP_MESSAGES, LANGCHAIN, PEER_PACKAGES, import_peers, run_langchain  # noqa: E402
-from peers import fixed_tokens, interleaved, run_ours, slash  # noqa: E402
+from peers import (  # noqa: E402
+    add_step_options,
+    fixed_tokens,
+    interleaved,
+    run_ours,
+    slash,
+    step_settings,
+)
 from replay import SystemRun  # noqa: E402
 from settings import RECOMMENDED, SETTINGS  # noqa: E402
 from verdict import split_steps  # noqa: E402
@@ -99,19 +106,7 @@ def floor_row(figures: dict[str, float], middleware: dict[str, float]) -> list[A
 
 async def main() -> None:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument(
-        "--history-budget",
-        type=int,
-        default=1000,
-        help="tau-bench again with this many tokens for the history beyond the system prompt "
-        "(default 1000, as bench/peers.py)",
-    )
-    p.add_argument(
-        "--model-latency-ms",
-        type=float,
-        default=20.0,
-        help="duration of each recorded model call (default 20, as bench/peers.py)",
-    )
+    add_step_options(p)
     args = p.parse_args()
     lc = import_peers()
     tau_path = require_data(args.data, "tau_bench/airline_dev.json")
@@ -183,13 +178,7 @@ async def main() -> None:
         [table],
         out=out,
         versions_used=v,
-        settings={
-            "budget": BUDGET,
-            "history_budget": history,
-            "keep_messages": KEEP_MESSAGES,
-            "model_latency_ms": args.model_latency_ms,
-            "quick": args.quick,
-        },
+        settings=step_settings(args),
         runtime_s=time.perf_counter() - started,
         notes=notes,
         extra=results,

@@ -23,6 +23,7 @@ compressions run off the turn. The peers summarize inline, so their step time in
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import functools
@@ -437,8 +438,9 @@ def slash(*values: float | None) -> str:
     return " / ".join("-" if v is None else fmt(v) for v in values)
 
 
-async def main() -> None:
-    p = parser(__doc__.splitlines()[0])
+def add_step_options(p: argparse.ArgumentParser, *, instant_rows: bool = False) -> None:
+    """The options every script that times ours against the peers step by step takes
+    (``instant_rows``: the script adds rows with instant model calls as well)."""
     p.add_argument(
         "--history-budget",
         type=int,
@@ -450,9 +452,25 @@ async def main() -> None:
         "--model-latency-ms",
         type=float,
         default=20.0,
-        help="duration of each recorded model call in our host (default 20; real calls take "
-        "0.3-30 s); a row with instant calls is always added",
+        help="duration of each recorded model call (default 20; real calls take 0.3-30 s)"
+        + ("; a row with instant calls is always added" if instant_rows else ""),
     )
+
+
+def step_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings a results file of such a script records."""
+    return {
+        "budget": BUDGET,
+        "history_budget": args.history_budget,
+        "keep_messages": KEEP_MESSAGES,
+        "model_latency_ms": args.model_latency_ms,
+        "quick": args.quick,
+    }
+
+
+async def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    add_step_options(p, instant_rows=True)
     args = p.parse_args()
     lc = import_peers()
     locomo_path = require_data(args.data, "locomo/locomo_dev.json")
@@ -697,13 +715,7 @@ async def main() -> None:
         [table, timing, turn_table, verdict],
         out=out,
         versions_used=v,
-        settings={
-            "budget": BUDGET,
-            "history_budget": history,
-            "keep_messages": KEEP_MESSAGES,
-            "model_latency_ms": args.model_latency_ms,
-            "quick": args.quick,
-        },
+        settings=step_settings(args),
         runtime_s=time.perf_counter() - started,
         notes=notes,
         extra=results,

@@ -3,24 +3,13 @@ no summarizer, and its row against the middleware's. Pure parts, loaded without 
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+import importlib
 from typing import Any
 
 import pytest
+from bench_modules import load_bench
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-
-
-def load(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-host_floor = load("host_floor")  # puts bench/ on the path
+host_floor = load_bench("host_floor")  # puts bench/ on the path
 replay = importlib.import_module("replay")
 
 

@@ -4,25 +4,15 @@ turn is set beside the agent's whole step. Pure parts, loaded without LangChain.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
-from pathlib import Path
 from typing import Any
+
+from bench_modules import load_bench
 
 from host_stub.messages import Message, ToolCall, ToolCallFunction
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-
-
-def load(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-peers = load("peers")  # puts bench/ on the path and imports peer_agent from there
+peers = load_bench("peers")  # puts bench/ on the path and imports peer_agent from there
 peer_agent = importlib.import_module("peer_agent")
 
 

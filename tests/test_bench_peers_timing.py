@@ -4,19 +4,15 @@ left out of either makes the plugin's figures smaller than what the plugin costs
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-from pathlib import Path
+
+from bench_modules import load_bench
 
 from host_stub import hookspecs
 from host_stub.hookspecs import hookimpl
 from plugin_memory_summary.plugin import MemorySummaryPlugin
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-SPEC = importlib.util.spec_from_file_location("bench_peers", BENCH / "peers.py")
-assert SPEC is not None and SPEC.loader is not None
-peers = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(peers)
+peers = load_bench("peers")
 
 
 def prompt_hooks_of_the_plugin() -> set[str]:

@@ -3,16 +3,12 @@ that differs from the file its script wrote fails here."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from bench_modules import BENCH, load_bench
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-SPEC = importlib.util.spec_from_file_location("bench_quote_results", BENCH / "quote_results.py")
-assert SPEC is not None and SPEC.loader is not None
-quotes = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(quotes)
+quotes = load_bench("quote_results")
 
 RESULTS = """## Token economy
 

@@ -3,18 +3,12 @@ when a peer counts as better on every column. Pure functions, loaded alone from 
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 import pytest
+from bench_modules import load_bench
 
-SPEC = importlib.util.spec_from_file_location(
-    "bench_verdict", Path(__file__).resolve().parents[1] / "bench" / "verdict.py"
-)
-assert SPEC is not None and SPEC.loader is not None
-verdict = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(verdict)
+verdict = load_bench("verdict")
 
 
 def numbers(**overrides: Any) -> dict[str, Any]:

@@ -331,7 +331,6 @@ async def chat_loop(
             )
             continue
         click.echo("assistant> ", nl=False)
-        before = asyncio.all_tasks()
         held.holding = True
         try:
             result = await host.run_turn(
@@ -340,7 +339,6 @@ async def chat_loop(
         finally:
             click.echo("")
             held.release(handlers)
-        spawned = asyncio.all_tasks() - before
         if result.outcome == "error":
             error = error_line(result.error or "unknown error")
             if not replied:  # the model cannot be used at all: stop here, say why
@@ -350,13 +348,14 @@ async def chat_loop(
         replied = replied or result.outcome == "replied"
         if result.usage and result.sent:
             click.echo(chat_status(result, window))
-        if spawned:  # a compression this turn started: give it a moment to report
-            await asyncio.wait(spawned, timeout=CHAT_SETTLE_S)
+        # A compression this turn started: give it a moment to report (the host's and the
+        # plugins' own work only, never a task a library started: see Host.settle).
+        await host.settle(CHAT_SETTLE_S)
     flush()
 
 
-#: After a turn, how long chat waits for a compression the turn started before the next prompt
-#: (a slower one is announced later).
+#: After a turn, how long chat waits for the plugins' background work (a compression the turn
+#: started) before the next prompt (a slower one is announced later).
 CHAT_SETTLE_S = 3.0
 
 

@@ -469,7 +469,9 @@ async def search(
 @host_options
 @cli.command()
 @click.argument("session", required=False)
-@click.option("--all", "all_sessions", is_flag=True, help="Clear every session.")
+@click.option(
+    "--all", "all_sessions", is_flag=True, help="Clear every session (instead of naming one)."
+)
 @click.option(
     "--type",
     "types",
@@ -490,6 +492,8 @@ async def clear(
     """Clear a session's memory (history and what plugins keep, e.g. its summary)."""
     if not session and not all_sessions:
         raise UserError("name a SESSION or pass --all")
+    if session and all_sessions:
+        raise UserError("name a SESSION or pass --all, not both (--all clears every session)")
     async with open_host(ctx) as host:
         known_types = memory_types(host)
         for kind in types:
@@ -497,18 +501,18 @@ async def clear(
                 raise UserError(
                     f"unknown --type {kind!r}: this host clears {', '.join(known_types)}"
                 )
-        if session and not all_sessions:
+        if session:
             # A mistyped name must not create an empty session (clearing bumps its epoch).
             known = {s.session_id for s in await host.memory.list_sessions()}
             if session not in known and not await host.memory.get_metadata(
                 SUMMARY_NAMESPACE, session
             ):  # a session's summary record (pinned facts) may come before its first message
                 raise UserError(f"no session {session!r} in {host.config.host.memory}")
-        results = await host.clear(None if all_sessions else session, list(types) or None)
+        results = await host.clear(session, list(types) or None)
     if as_json:
         click.echo(json.dumps(results, default=str))
     else:
-        click.echo(clear_line(None if all_sessions else session, results))
+        click.echo(clear_line(session, results))
 
 
 def memory_types(host: Host) -> list[str]:

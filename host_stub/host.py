@@ -272,6 +272,25 @@ class Host:
         if self._memory is not None:
             await self._memory.close()
 
+    async def settle(self, timeout: float) -> bool:
+        """Wait, at most ``timeout`` seconds, for the background work of this host and its
+        plugins: the host's prompt warm-ups and each plugin's own work (a plugin that runs some
+        in the background says when it is over with ``async wait_idle(timeout) -> bool``, as the
+        memory plugin does for its compressions). Never for other asyncio tasks: a library may
+        start one that lives as long as the event loop (litellm's logging worker does at its
+        first call). Returns whether everything was over in time."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        warming = [t for t in self._warming.values() if not t.done()]
+        if warming:
+            await asyncio.wait(warming, timeout=max(0.0, end - loop.time()))
+        idle = all(t.done() for t in warming)
+        for item in self.plugins.values():
+            wait_idle = getattr(item.plugin, "wait_idle", None)
+            if callable(wait_idle):
+                idle = bool(await wait_idle(max(0.0, end - loop.time()))) and idle
+        return idle
+
     # -- counting ----------------------------------------------------------------------------
     def count_text(self, text: str) -> int:
         return self.counts.text(text)

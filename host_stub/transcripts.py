@@ -10,7 +10,8 @@ and a digest of its OpenAI fields (``"17:3f2a..."``). Replaying a file again int
 (same epoch) compares the file's keys with the ones stored, in order: the messages already stored
 are skipped, and the replay goes on from the first one that is not, even in the middle of a turn
 (after a crash). A stored key that differs from the file's means the session holds another
-conversation: that is refused.
+conversation: that is refused. A session whose messages carry no key (stored by an older demo,
+say) is compared the same way, with the keys its messages would have had.
 """
 
 from __future__ import annotations
@@ -167,7 +168,9 @@ def resume_point(messages: Sequence[Message], stored_keys: Sequence[str]) -> int
 
 async def stored_replay(url: str, session_id: str) -> tuple[int, list[str]]:
     """How many messages ``session_id`` already has in the store at ``url`` in its current
-    epoch, and the replay keys among them, oldest first."""
+    epoch, and the replay keys among them, oldest first. A session none of whose messages
+    carries a key (stored by an older demo, say) gets the keys its messages would have had as
+    a replay of a file: the file they came from is recognised by its messages."""
     from .memory import open_memory
 
     memory = open_memory(url, lambda message: 0)
@@ -182,6 +185,8 @@ async def stored_replay(url: str, session_id: str) -> tuple[int, list[str]]:
     stored.sort(key=lambda m: m.seq or 0)
     messages = [m for m in stored if not m.is_marker]
     keys = [str(m.metadata[REPLAY_KEY]) for m in messages if REPLAY_KEY in m.metadata]
+    if not keys:
+        keys = [replay_key(i, m) for i, m in enumerate(messages, 1)]
     return len(messages), keys
 
 

@@ -18,6 +18,7 @@ from host_stub.cli import (
     option_values,
     preflight,
     run_async,
+    sqlite_path,
 )
 from host_stub.config import HostConfig, load_host_config, read_toml
 from host_stub.session_ids import session_id_problem
@@ -32,6 +33,20 @@ from host_stub.transcripts import (
 from .screen import Screen
 
 __all__ = ["register", "report_run"]
+
+
+def check_save(path: str | None, *, force: bool, store: Path | None = None) -> None:
+    """``demo --save FILE``: an existing file (a SQLite store, say) is overwritten only with
+    ``--force``; the demo's own store (``store``, a SQLite file) never."""
+    if path is None:
+        return
+    target = Path(path)
+    if store is not None and target.resolve() == store.resolve():
+        raise UserError(
+            f"--save {path}: that file is the demo's store; save the conversation elsewhere"
+        )
+    if target.exists() and not force:
+        raise UserError(f"--save {path}: the file exists (pass --force to overwrite it)")
 
 
 def check_plot(path: str | None) -> None:
@@ -63,7 +78,8 @@ async def report_run(
     """Replay ``messages`` with progress, one line per compression, then the report (and the
     plot); shared by ``replay`` and ``demo``. With ``fresh``, a session that already has
     messages is refused (the demo's numbers are those of a new session). Otherwise a replay
-    resumes: the messages of ``messages`` (carrying replay keys) already stored are skipped."""
+    resumes: the messages of ``messages`` (carrying replay keys) already stored are skipped,
+    and a session that holds other messages is refused (see :mod:`host_stub.transcripts`)."""
     from . import PlotError, compression_line, plot_report, render_report, run_replay
 
     preflight(config, origin=origin)
@@ -95,11 +111,6 @@ async def report_run(
         click.echo(
             f"resuming: session {session_id!r} already holds the first {done} of the "
             f"{len(messages)} messages; replaying the other {len(messages) - done}",
-            err=True,
-        )
-    elif stored and not as_json:
-        click.echo(
-            f"note: session {session_id!r} already has {stored} messages; the replay adds to them",
             err=True,
         )
     with Screen(quiet=as_json) as screen:
@@ -221,8 +232,10 @@ def register(cli: Any, open_host: Any) -> None:
         "--save",
         type=click.Path(dir_okay=False),
         metavar="FILE.jsonl",
-        help="Also write the generated conversation (OpenAI-format JSONL).",
+        help="Also write the generated conversation (OpenAI-format JSONL); an existing file "
+        "only with --force.",
     )
+    @click.option("--force", is_flag=True, help="Let --save overwrite an existing file.")
     @PLOT_OPTION
     @JSON_OPTION
     @BASELINE_OPTION
@@ -234,6 +247,7 @@ def register(cli: Any, open_host: Any) -> None:
         seed: int,
         print_config: bool,
         save: str | None,
+        force: bool,
         plot: str | None,
         as_json: bool,
         baseline: str,
@@ -253,6 +267,7 @@ def register(cli: Any, open_host: Any) -> None:
             click.echo(DEMO_CONFIG, nl=False)
             return
         check_plot(plot)
+        check_save(save, force=force)
         obj = option_values(ctx)
         with tempfile.TemporaryDirectory(prefix="host-stub-demo-") as tmp:
             memory = obj.get("memory") or (f"sqlite:///{obj['db']}" if obj.get("db") else None)
@@ -277,6 +292,7 @@ def register(cli: Any, open_host: Any) -> None:
                 config.source = "<demo config>"
             raw = generate_conversation(turns=turns, seed=seed)
             if save is not None:
+                check_save(save, force=force, store=sqlite_path(str(memory)))
                 try:
                     Path(save).write_text(
                         "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in raw),
@@ -284,7 +300,9 @@ def register(cli: Any, open_host: Any) -> None:
                     )
                 except OSError as exc:
                     raise UserError(f"{save}: cannot write: {exc.strerror}") from None
-            messages = [Message.model_validate(m) for m in raw]
+            # With replay keys, as `replay` stores them: replaying the --save file into this
+            # store later finds its messages already there.
+            messages = with_replay_keys([Message.model_validate(m) for m in raw])
             store = str(memory)
             if temporary:
                 store = "a temporary SQLite file, gone at exit: keep it with --db PATH"

@@ -16,6 +16,35 @@ __all__ = ["MemorySummaryConfig", "PayloadCaps"]
 
 # Both models build their validators on first use (a host validating the plugin's config, or
 # ``create_plugin``), not at import (``defer_build``).
+#: The first words of tool names that only read (``read_only_tools``).
+DEFAULT_READ_ONLY_TOOLS: tuple[str, ...] = (
+    "get",
+    "search",
+    "list",
+    "find",
+    "read",
+    "lookup",
+    "look",
+    "calculate",
+    "compute",
+    "think",
+    "check",
+    "fetch",
+    "query",
+    "view",
+    "show",
+    "count",
+    "describe",
+    "retrieve",
+    "browse",
+    "inspect",
+    "preview",
+    "estimate",
+    "validate",
+    "verify",
+)
+
+
 class PayloadCaps(BaseModel):
     """Caps on the structured summary (seed 002's defaults); the token budget still wins."""
 
@@ -238,7 +267,23 @@ class MemorySummaryConfig(BaseModel):
             "prompt, cut with a note of what was left out (stored whole); 0 = no limit."
         ),
     )
+    read_only_tools: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_READ_ONLY_TOOLS),
+        description=(
+            "Tools that only read: a tool whose name is listed, or starts with a listed word "
+            "(`get_user_details` by `get`), leaves in the summary only the values of its result "
+            "that a later step used; every other tool call is an action in the summary's ledger."
+        ),
+    )
     caps: PayloadCaps = Field(default_factory=PayloadCaps)
+
+    @field_validator("read_only_tools")
+    @classmethod
+    def _check_tools(cls, names: list[str]) -> list[str]:
+        cleaned = [n.strip() for n in names]
+        if any(not n for n in cleaned):
+            raise ValueError("read_only_tools holds an empty name")
+        return cleaned
 
     @field_validator("redact_patterns")
     @classmethod

@@ -7,9 +7,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .config import PayloadCaps
+from .ledger_text import ledger_lines, lookup_lines
 from .summary_model import (
     Excerpt,
     InProgressTask,
+    LedgerEntry,
     SummaryPayload,
     TimelineEvent,
     copy_payload,
@@ -124,6 +126,8 @@ def apply_caps(payload: SummaryPayload, caps: PayloadCaps) -> SummaryPayload:
         conversation_goal=cut_text(
             collapse_whitespace(payload.conversation_goal), caps.goal_chars, marker_counts=True
         ),
+        ledger=_unique_entries(payload.ledger),
+        lookups=_unique_entries(payload.lookups),
         in_progress_tasks=tasks[-n:],
         timeline=list(reversed(timeline[: caps.timeline_items])),
         identifiers=kept,
@@ -132,6 +136,14 @@ def apply_caps(payload: SummaryPayload, caps: PayloadCaps) -> SummaryPayload:
         identifier_sources=group_sources(kept, sources),
         **fields,
     )
+
+
+def _unique_entries(entries: list[LedgerEntry]) -> list[LedgerEntry]:
+    """Ledger entries in seq order, each call once (the same call merged twice is one)."""
+    seen: dict[tuple[int, str, str], LedgerEntry] = {}
+    for entry in entries:
+        seen.setdefault((entry.seq, entry.tool, entry.entity), entry)
+    return sorted(seen.values(), key=lambda e: e.seq)
 
 
 # --- rendering --------------------------------------------------------------------------------
@@ -150,6 +162,8 @@ _HEADINGS = {
         "open_questions": "Open questions",
         "timeline": "Timeline",
         "identifiers": "Identifiers",
+        "ledger": "Actions (what the tools did, by what they acted on; #n = message number)",
+        "lookups": "Looked up (values later steps used)",
         "excerpts": "Record (said in the conversation; #n = message number)",
         "retrieval_hints": "Keywords",
         "done": "done",
@@ -168,6 +182,8 @@ _HEADINGS = {
         "open_questions": "待解决问题",
         "timeline": "时间线",
         "identifiers": "标识符",
+        "ledger": "工具操作（按对象归并；#n 为消息编号）",
+        "lookups": "查询结果（后续步骤用到的值）",
         "excerpts": "对话记录（原话；#n 为消息编号）",
         "retrieval_hints": "检索关键词",
         "done": "已完成",
@@ -201,6 +217,8 @@ def render_payload(payload: SummaryPayload, lang: str = "en") -> str:
             else f"{h['summary']}{sep.rstrip()}\n{summary}"
         )
     bullets("pinned_facts", payload.pinned_facts)
+    bullets("ledger", ledger_lines(payload.ledger))
+    bullets("lookups", lookup_lines(payload.lookups))
     bullets("user_profile", payload.user_profile)
     bullets("stable_facts", payload.stable_facts)
     bullets("decisions", payload.decisions)
@@ -232,16 +250,11 @@ def render_payload(payload: SummaryPayload, lang: str = "en") -> str:
     ]
     bullets("timeline", events)
     bullets("excerpts", excerpt_lines(payload.excerpts))
-    said = "\n".join(out)
-    for name in ("identifiers", "retrieval_hints"):
-        items = [i.strip() for i in getattr(payload, name) if i.strip()]
-        joint = ", "
-        if name == "identifiers":
-            items = unsaid_identifiers(items, said)
-            # One space between identifiers (a token less each) unless one holds a space.
-            joint = ", " if any(any(c.isspace() for c in i) for i in items) else " "
-        if items:
-            out.append(f"{h[name]}{sep}{joint.join(items)}")
+    # Identifiers are bookkeeping: each one the summary keeps stands in an item that says what
+    # it is (an action, a look-up, a sentence); a line of bare ids says nothing of them.
+    hints = [i.strip() for i in payload.retrieval_hints if i.strip()]
+    if hints:
+        out.append(f"{h['retrieval_hints']}{sep}{', '.join(hints)}")
     return "\n".join(out)
 
 
@@ -282,12 +295,17 @@ def says(text: str, identifier: str) -> bool:
     start = text.find(identifier)
     while start >= 0:
         end = start + len(identifier)
-        glued_before = start > 0 and text[start - 1].isalnum() and identifier[0].isalnum()
-        glued_after = end < len(text) and text[end].isalnum() and identifier[-1].isalnum()
+        # Only a Latin letter or digit glues: an id inside Chinese text ("航班MU5101，") is said.
+        glued_before = start > 0 and _glues(text[start - 1]) and _glues(identifier[0])
+        glued_after = end < len(text) and _glues(text[end]) and _glues(identifier[-1])
         if not (glued_before or glued_after):
             return True
         start = text.find(identifier, start + 1)
     return False
+
+
+def _glues(char: str) -> bool:
+    return char.isascii() and char.isalnum()
 
 
 def unsaid_identifiers(identifiers: Sequence[str], said: str) -> list[str]:
@@ -342,6 +360,7 @@ def excerpt_lines(excerpts: Sequence[Excerpt], *, per_line: int = 12) -> list[st
 
 _ORDERED_LISTS = (
     "excerpts",
+    "lookups",
     "timeline",
     "stable_facts",
     "decisions",
@@ -370,6 +389,8 @@ def _materialize(base: SummaryPayload, state: dict[str, int]) -> SummaryPayload:
             t.model_copy(deep=True)
             for t in tail(base.in_progress_tasks, state["in_progress_tasks"])
         ],
+        ledger=_aged_ledger(base.ledger, state),
+        lookups=[e.model_copy() for e in tail(base.lookups, state["lookups"])],
         timeline=[e.model_copy() for e in tail(base.timeline, state["timeline"])],
         excerpts=[e.model_copy() for e in tail(base.excerpts, state["excerpts"])],
         retrieval_hints=tail(base.retrieval_hints, state["retrieval_hints"]),
@@ -380,14 +401,36 @@ def _materialize(base: SummaryPayload, state: dict[str, int]) -> SummaryPayload:
     )
 
 
+#: The reduction states' counts of aged ledger entries, by the level they say them at.
+_LEDGER_LEVELS = (("ledger_brief", 1), ("ledger_bare", 2), ("ledger_folded", 3))
+
+
+def _aged_ledger(ledger: list[LedgerEntry], state: dict[str, int]) -> list[LedgerEntry]:
+    """The ledger as a reduction state says it: the oldest ``ledger_brief`` entries with only
+    the ids of their details, the oldest ``ledger_bare`` with none, the oldest
+    ``ledger_folded`` on one line per kind of action (their ``level``: the details stay in the
+    entry); the newest ``ledger`` entries at all (the last resort, past the identifiers)."""
+    kept = state["ledger"]
+    out = []
+    for index in range(len(ledger) - kept, len(ledger)) if kept else ():
+        entry = ledger[index]
+        level = max((lv for name, lv in _LEDGER_LEVELS if index < state[name]), default=0)
+        out.append(entry.model_copy(update={"level": max(entry.level, level)}))
+    return out
+
+
 def _reduction_states(base: SummaryPayload) -> list[dict[str, int]]:
     """Ever smaller versions of ``base`` as keep-counts / character limits, in sacrifice order:
-    keywords; then every list down to a few newest items and the summary to half; then the lists
-    entirely; the summary; the goal; identifiers (lowest priority first); pinned facts last."""
+    keywords; old actions' details down to their ids (oldest first); then every list down to a
+    few newest items and the summary to half; old actions down to what was done to what, then
+    folded per kind of action; then the lists entirely; the summary; the goal; identifiers
+    (lowest priority first); actions (oldest first); pinned facts last."""
     state = {
         name: len(getattr(base, name))
-        for name in (*_ORDERED_LISTS, "retrieval_hints", "identifiers", "pinned_facts")
+        for name in (*_ORDERED_LISTS, "retrieval_hints", "identifiers", "pinned_facts", "ledger")
     }
+    for name, _ in _LEDGER_LEVELS:
+        state[name] = 0
     state["summary"] = len(base.summary.strip())
     state["conversation_goal"] = len(base.conversation_goal.strip())
     states = [dict(state)]
@@ -405,15 +448,26 @@ def _reduction_states(base: SummaryPayload) -> list[dict[str, int]]:
             state[name] = length
             states.append(dict(state))
 
+    def age_ledger(name: str) -> None:
+        while state[name] < state["ledger"]:
+            state[name] += 1
+            states.append(dict(state))
+
     shrink_list("retrieval_hints", 0)
+    # Old actions say less, oldest first: only their ids, before the lists shrink; what was
+    # done to what, then folded per kind of action, before the last few items of every list go.
+    age_ledger("ledger_brief")
     for name in _ORDERED_LISTS:
         shrink_list(name, 1 if name == "in_progress_tasks" else 3)
     shrink_text("summary", state["summary"] // 2)
+    age_ledger("ledger_bare")
+    age_ledger("ledger_folded")
     for name in _ORDERED_LISTS:
         shrink_list(name, 0)
     shrink_text("summary", 0)
     shrink_text("conversation_goal", 0)
     shrink_list("identifiers", 0)
+    shrink_list("ledger", 0)
     shrink_list("pinned_facts", 0)
     return states
 

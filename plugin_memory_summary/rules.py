@@ -11,18 +11,21 @@ identifier's source); a date or other plain number that was only mentioned ranks
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 from host_stub.messages import Message
 
 from .config import PayloadCaps
 from .excerpts import content_keys, select_excerpts, split_long
-from .fitting import apply_caps, fit_lines, fit_to_budget, identifier_parts, render_payload
+from .fitting import apply_caps, fit_lines, fit_to_budget, render_payload, says
 from .identifiers import extract_identifiers
+from .ledger import DEFAULT_READ_ONLY_TOOLS, ledger_entries
 from .patterns import lazy_regex
 from .summary_model import (
     Excerpt,
     InProgressTask,
+    LedgerEntry,
     SummaryPayload,
     copy_payload,
     group_sources,
@@ -38,10 +41,8 @@ from .turns import (
     _DECISION,
     _PROFILE,
     _REQUEST,
-    _TOOL_FAILURE,
     _answered,
     _digest,
-    _format_call,
     _is_ack,
     _is_question,
     _is_substantive,
@@ -111,19 +112,16 @@ def _rank_identifiers(
 
 # --- the merge --------------------------------------------------------------------------------
 
-#: Share of the budget the identifier list may take (the rest of the summary keeps at least a
-#: tenth): in a tool chat they are the facts the rest of the conversation turns on (booking
-#: references, order and user ids); which ones go first when they do not all fit is their rank.
-_IDENTIFIER_SHARE = 0.9
-
 #: Times the record is chosen again with the room its estimate left unused, and the least room
 #: worth it (tokens).
 _REFILLS = 2
 _REFILL_MIN = 24
 
-#: Open questions and in-progress tasks kept: the newest few (the record carries the rest).
+#: Share of the budget the record (the sentences kept verbatim) keeps while it has sentences.
+_RECORD_SHARE = 0.25
+
+#: Open questions kept: the newest few (the record carries the rest).
 _OPEN_QUESTIONS = 3
-_TASKS = 2
 
 
 def _speaker(turn: _Turn, lang: str) -> str:
@@ -221,6 +219,7 @@ def rules_merge(
     lang: str = "en",
     digest: Sequence[Excerpt] = (),
     fill: bool = True,
+    read_only_tools: Sequence[str] = DEFAULT_READ_ONLY_TOOLS,
 ) -> SummaryPayload:
     """``previous`` with ``messages`` folded in by rules (no model), within ``caps`` and
     ``budget_tokens`` (measured as ``count_tokens(render_payload(result, lang))``). ``digest``:
@@ -233,9 +232,14 @@ def rules_merge(
     - goal: the newest user sentence that asks for something; else the previous goal;
     - open questions: the newest few user questions that no later assistant text answers (shares
       a content word), the previous ones still unanswered first;
-    - in-progress task: the goal, done = successful tool calls, to do = the open questions;
-    - identifiers: see ``_rank_identifiers``; where each came from is kept in
-      ``identifier_sources`` (not rendered); pinned facts: the previous ones, always;
+    - in-progress task: the current goal and its open questions (finished work is in the
+      ledger; a new goal closes the previous task);
+    - ledger: every state-changing tool call (``ledger.ledger_entries``; tools named by
+      ``read_only_tools`` only read), the previous ones always kept (an old one with fewer
+      details when the budget binds), and the values of look-ups that a later step used;
+    - identifiers: bookkeeping, never rendered as a list: the ones the rendering says (in an
+      action, a look-up, a sentence), ranked by ``_rank_identifiers``; where each came from is
+      kept in ``identifier_sources``; pinned facts: the previous ones, always;
     - excerpts, the record: the sentences of both speakers that carry the most facts per token,
       whole, with the message they came from and its date (``excerpts.select_excerpts``),
       chosen again from the previous record and this batch on every merge, so the budget is
@@ -285,26 +289,17 @@ def rules_merge(
         unanswered,
     )[-_OPEN_QUESTIONS:]
 
-    # The task in progress: what the tools did.
-    done = [
-        item(_format_call(c))
-        for t in assistant_turns
-        for c in t.calls
-        if c.result is not None and not _TOOL_FAILURE().search(c.result[:200])
-    ]
-    tasks = [
-        task.model_copy(update={"todo": [q for q in task.todo if q in open_questions]})
-        for task in prev.in_progress_tasks
-    ]
+    # The task in progress: the current goal and what it still waits for. Finished work is in
+    # the ledger, so a new goal closes the previous task.
     task_goal = item(goal)
-    if tasks and tasks[-1].goal == task_goal:
-        last = tasks.pop()
-        tasks.append(
-            InProgressTask(goal=task_goal, done=_merge_items(last.done, done), todo=open_questions)
-        )
-    elif done:
-        tasks.append(InProgressTask(goal=task_goal, done=done, todo=open_questions))
-    tasks = tasks[-_TASKS:]
+    tasks = [InProgressTask(goal=task_goal, todo=open_questions)] if open_questions else []
+    actions = ledger_entries(messages, read_only_tools)
+    # Every action is said again as fully as the budget now allows (``LedgerEntry.level``).
+    ledger = _merge_entries(
+        [e.model_copy(update={"level": 0}) for e in prev.ledger],
+        [e for e in actions if not e.read_only],
+    )
+    lookups = _merge_entries(prev.lookups, [e for e in actions if e.read_only])
 
     new = [*_new_excerpts(turns, caps, lang), *digest]
     # Everything but the identifiers and the record, as it will be rendered.
@@ -314,6 +309,9 @@ def rules_merge(
             conversation_goal=goal,
             open_questions=open_questions,
             in_progress_tasks=tasks,
+            ledger=ledger,
+            # What a look-up found goes before the record; what it only looked for, after it.
+            lookups=[e for e in lookups if e.result],
             pinned_facts=list(prev.pinned_facts),
             # A model-written previous payload's lists are kept as they were.
             stable_facts=prev.stable_facts,
@@ -324,12 +322,6 @@ def rules_merge(
         caps,
     )
     identifiers, identifier_sources = _rank_identifiers(prev, turns)
-    identifiers = _within_share(
-        identifiers,
-        budget_tokens * _IDENTIFIER_SHARE,
-        count_tokens,
-        said=render_payload(sections, lang),
-    )
     base = apply_caps(
         sections.model_copy(
             update={
@@ -339,22 +331,52 @@ def rules_merge(
         ),
         caps,
     )
-    base = fit_to_budget(base, budget_tokens, count_tokens, lang)
+    # The record keeps a share of the budget for what the user said of themselves and the ids
+    # they gave (a booking reference, an allergy): in a tool chat the ledger would otherwise
+    # take everything, the user's own words included.
+    givers = _id_givers(
+        [*prev.excerpts, *new], frozenset(identifier_sources_by(identifier_sources, "user"))
+    )
+    bonus = functools.partial(_excerpt_bonus, givers=givers)
+    precious = functools.partial(_precious, givers=givers)
+    wanted = sum(count_tokens(e.text) + 4 for e in [*prev.excerpts, *new] if precious(e))
+    # With a margin: the rendering's headers cost more than the estimate, and a share cut to
+    # what the last record held would lose a sentence at every merge.
+    reserve = min(int(budget_tokens * _RECORD_SHARE), wanted + wanted // 4 + 16) if wanted else 0
+    if reserve and prev.pinned_facts:
+        # Never at the cost of a pinned fact.
+        pins = count_tokens(render_payload(SummaryPayload(pinned_facts=prev.pinned_facts), lang))
+        reserve = max(0, min(reserve, budget_tokens - pins))
+    base = fit_to_budget(base, budget_tokens - reserve, count_tokens, lang)
     rendered = render_payload(base, lang)
     heading = count_tokens("Record (said in the conversation; #n = message number):\n")
     room = budget_tokens - count_tokens(rendered) - heading
     covered = content_keys(rendered)
 
     def record(room: int) -> SummaryPayload:
-        excerpts = select_excerpts(
-            prev.excerpts,
-            new,
-            budget_tokens=max(0, room),
+        # What the user said of themselves and the ids they gave are chosen first, within the
+        # record's share, and stand last (kept longest); the other sentences fill the rest.
+        first = select_excerpts(
+            [e for e in prev.excerpts if precious(e)],
+            [e for e in new if precious(e)],
+            budget_tokens=max(0, min(room, reserve)),
             count_tokens=count_tokens,
             covered=covered,
-            bonus=_excerpt_bonus,
+            bonus=bonus,
         )
-        return apply_caps(base.model_copy(update={"excerpts": excerpts}), caps)
+        used = sum(count_tokens(e.text) + 4 for e in first)
+        said = set(covered)
+        for e in first:
+            said.update(content_keys(e.text))
+        rest = select_excerpts(
+            [e for e in prev.excerpts if e not in first],
+            [e for e in new if e not in first],
+            budget_tokens=max(0, room - used),
+            count_tokens=count_tokens,
+            covered=said,
+            bonus=bonus,
+        )
+        return apply_caps(base.model_copy(update={"excerpts": [*rest, *first]}), caps)
 
     merged = record(room)
     # The estimate counts a speaker's name on every sentence; the rendering names a speaker once
@@ -376,36 +398,103 @@ def rules_merge(
             freed += count_tokens(merged.excerpts[drop].text) + 2
             drop += 1
         merged = merged.model_copy(update={"excerpts": merged.excerpts[max(1, drop) :]})
-    return fit_to_budget(merged, budget_tokens, count_tokens, lang)
+    merged = _with_lookups(merged, lookups, budget_tokens, count_tokens, lang)
+    return _said_identifiers(fit_to_budget(merged, budget_tokens, count_tokens, lang), lang)
 
 
-def _within_share(
-    identifiers: list[str], tokens: float, count: Callable[[str], int], *, said: str = ""
-) -> list[str]:
-    """The most important identifiers (the list's tail) whose list takes at most ``tokens``.
-    One the rest of the summary already says (``said``) or that a more important one holds
-    whole (``7504069`` in ``certificate_7504069``) is kept at no cost: the rendering does not
-    list it again (``fitting.unsaid_identifiers``)."""
-    kept: list[str] = []
-    held: set[str] = set()
-    used = 0
-    for ident in reversed(identifiers):
-        if ident not in said and ident not in held:
-            used += count(f" {ident}")
-            if used > tokens:
-                break
-            held.update(identifier_parts(ident))
-        kept.append(ident)
-    return list(reversed(kept))
+def _with_lookups(
+    payload: SummaryPayload,
+    lookups: list[LedgerEntry],
+    budget_tokens: int,
+    count_tokens: Callable[[str], int],
+    lang: str,
+) -> SummaryPayload:
+    """``payload`` with the newest look-ups that found nothing worth keeping (what they looked
+    for) that still fit, beside the ones it has: they come last, after the actions and the
+    record."""
+    found = {(e.seq, e.tool) for e in payload.lookups}
+    lookups = sorted(
+        [*payload.lookups, *(e for e in lookups if not e.result and (e.seq, e.tool) not in found)],
+        key=lambda e: (bool(e.result), e.seq),
+    )
+    low, high = len(payload.lookups), len(lookups)
+    while low < high:  # the most look-ups (newest kept) that fit
+        middle = (low + high + 1) // 2
+        kept = payload.model_copy(update={"lookups": _by_seq(lookups[len(lookups) - middle :])})
+        if count_tokens(render_payload(kept, lang)) <= budget_tokens:
+            low = middle
+        else:
+            high = middle - 1
+    if low == len(payload.lookups):
+        return payload
+    return payload.model_copy(update={"lookups": _by_seq(lookups[len(lookups) - low :])})
 
 
-def _excerpt_bonus(excerpt: Excerpt) -> float:
-    """A stated preference or fact about oneself, a confirmed action, or a summarizer's digest
-    sentence is worth more than its words alone."""
+def _by_seq(entries: list[LedgerEntry]) -> list[LedgerEntry]:
+    return sorted(entries, key=lambda e: e.seq)
+
+
+def _said_identifiers(payload: SummaryPayload, lang: str) -> SummaryPayload:
+    """``payload`` with only the identifiers its rendering says: each stands in an item that
+    says what it is, and one no item says any more is not carried on as a bare id."""
+    rendered = render_payload(payload, lang)
+    kept = [i for i in payload.identifiers if says(rendered, i)]
+    if kept == payload.identifiers:
+        return payload
+    sources = sources_of(payload)
+    return payload.model_copy(
+        update={"identifiers": kept, "identifier_sources": group_sources(kept, sources)}
+    )
+
+
+def _merge_entries(old: list[LedgerEntry], new: list[LedgerEntry]) -> list[LedgerEntry]:
+    """The previous entries, then the batch's; a call merged again (same seq, tool and entity)
+    is kept once, as first recorded."""
+    seen = {(e.seq, e.tool, e.entity) for e in old}
+    return [*old, *(e for e in new if (e.seq, e.tool, e.entity) not in seen)]
+
+
+def identifier_sources_by(sources: dict[str, str], source: str) -> list[str]:
+    """The identifiers recorded with ``source``."""
+    return [i for i, s in sources.items() if s == source]
+
+
+def _excerpt_key(excerpt: Excerpt) -> tuple[int, int, str]:
+    return (excerpt.seq, excerpt.part, excerpt.text)
+
+
+def _id_givers(
+    pool: Sequence[Excerpt], user_ids: frozenset[str]
+) -> frozenset[tuple[int, int, str]]:
+    """The sentences that first say an identifier the user gave (a booking reference, a
+    path): one per identifier, the earliest, so a later sentence that only repeats it (an echo,
+    a traceback line) is worth no more than its words."""
+    first: dict[str, tuple[int, int, str]] = {}
+    if user_ids:
+        for excerpt in sorted(pool, key=_excerpt_key):
+            for ident in extract_identifiers(excerpt.text):
+                if ident in user_ids:
+                    first.setdefault(ident, _excerpt_key(excerpt))
+    return frozenset(first.values())
+
+
+def _precious(excerpt: Excerpt, givers: frozenset[tuple[int, int, str]]) -> bool:
+    """A sentence the record keeps a share for: the first to say an id the user gave, or what
+    the user said of themselves (``_PROFILE``)."""
+    return _excerpt_key(excerpt) in givers or bool(_PROFILE().search(excerpt.text))
+
+
+def _excerpt_bonus(
+    excerpt: Excerpt, givers: frozenset[tuple[int, int, str]] = frozenset()
+) -> float:
+    """A stated preference or fact about oneself, a confirmed action, a sentence that holds
+    an identifier the user gave (a booking reference: the record is the only place that says
+    what it is), or a summarizer's digest sentence is worth more than its words alone."""
     if excerpt.to_seq:
         # A summarizer's digest sentence speaks for a range of messages; its opening sentence
         # is what the model made of the range, kept before anything it only repeats.
         return 10.0 if excerpt.part == 0 else 4.0
+    bonus = 6.0 if _excerpt_key(excerpt) in givers else 0.0
     if _PROFILE().search(excerpt.text) or _DECISION().search(excerpt.text):
-        return 1.5
-    return 0.0
+        bonus += 1.5
+    return bonus

@@ -17,6 +17,7 @@ from .answers import Answer, AnswerRejected, digest_excerpts, layer_answer, read
 from .config import MemorySummaryConfig
 from .decisions import split_batches, summary_growth
 from .fitting import apply_caps, fit_to_budget, render_payload
+from .ledger import actions_text
 from .prompts import build_summary_messages, request_keys
 from .redact import RedactionError, Redactor
 from .render import render_transcript, transcript_lang
@@ -283,10 +284,11 @@ async def summarize_batches(
             # (decisions.summary_growth), so the compression frees what its plan counted on; a
             # model's answer is its own digest and is only fitted to the budget.
             now = count_tokens(render_payload(payload, lang)) if payload is not None else 0
-            rules_budget = min(
-                fit_budget,
-                now + summary_growth(_tokens_of(chunk, count_tokens), now, fit_budget),
-            )
+            # ... but never less than what says the batch's actions: no action is dropped to
+            # keep the growth share.
+            growth = summary_growth(_tokens_of(chunk, count_tokens), now, fit_budget)
+            actions = count_tokens(actions_text(chunk, config.read_only_tools))
+            rules_budget = min(fit_budget, now + max(growth, actions))
             remaining = None if deadline is None else deadline - time.monotonic()
             redacted = True
             try:
@@ -358,10 +360,11 @@ async def summarize_batches(
                     # ones, its sentences compete for the record with the conversation's own.
                     outcome.model_batches += 1
                     outcome.notes.extend(n for n in answer.notes if n not in outcome.notes)
-                    # Room for at least the answer's opening sentence (and the lines around it),
-                    # even when the batch is too small for the growth rule to allow it.
+                    # Room for at least the answer's opening sentence (and the lines around it)
+                    # beside the batch's actions, even when the batch is too small for the
+                    # growth rule to allow it.
                     opening = count_tokens(answer.digest[0]) + 40 if answer.digest else 0
-                    answer_budget = min(fit_budget, max(rules_budget, now + opening))
+                    answer_budget = min(fit_budget, max(rules_budget, now + opening + actions))
                     merged = rules_merge(
                         layer_answer(payload, answer),
                         clean,
@@ -371,6 +374,7 @@ async def summarize_batches(
                         caps=config.caps,
                         lang=lang,
                         digest=digest_excerpts(answer, clean, lang),
+                        read_only_tools=config.read_only_tools,
                     )
                     if answer.payload.conversation_goal:
                         # The model read the whole part: its goal over the newest request's words.
@@ -388,6 +392,7 @@ async def summarize_batches(
                     count_tokens=count_tokens,
                     caps=config.caps,
                     lang=lang,
+                    read_only_tools=config.read_only_tools,
                     # A summary still growing takes the whole share of the batch the plan allows
                     # it. At its full budget the record keeps the estimate's margin: filling that
                     # too made compressions more frequent (LoCoMo at 4,000 tokens: 233 instead

@@ -12,6 +12,7 @@ __all__ = [
     "SOURCE_TIER",
     "Excerpt",
     "InProgressTask",
+    "LedgerEntry",
     "SummaryPayload",
     "TimelineEvent",
     "copy_payload",
@@ -61,6 +62,36 @@ class Excerpt(BaseModel):
     text: str = ""
 
 
+class LedgerEntry(BaseModel):
+    """One tool call of the summarized part (``ledger``): what it did, to what, for whom, with
+    what outcome. A look-up (``read_only``) keeps only the values of its result a later step
+    used, each under its key, in ``result``."""
+
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    seq: int = 0
+    tool: str = ""
+    #: What it acted on: ``reservation`` and its id (from an id argument its name points at,
+    #: else the id its result returned).
+    kind: str = ""
+    entity: str = ""
+    #: For whom: ``user mia_li_3668``.
+    owner: str = ""
+    #: Its other arguments, ``key=value``.
+    details: list[str] = Field(default_factory=list)
+    #: What an old entry's details keep: their identifiers, each detail's apart.
+    brief: list[str] = Field(default_factory=list)
+    ok: bool = True
+    #: The outcome: the result's status and new ids (or the error's first words).
+    result: list[str] = Field(default_factory=list)
+    read_only: bool = False
+    #: How much of it the summary says, set by the budget as it ages: 0 all, 1 the ids of its
+    #: details (``brief``), 2 what was done to what, for whom, 3 what was done to what, on one
+    #: line with the other actions of its kind. The entry keeps its details, so a later merge
+    #: with more room says them again.
+    level: int = Field(default=0, ge=0, le=3)
+
+
 class SummaryPayload(BaseModel):
     """What the summarizer returns (as JSON) and what the rules engine builds."""
 
@@ -79,6 +110,11 @@ class SummaryPayload(BaseModel):
     #: Sentences kept verbatim (the rules engine's record of the conversation), least important
     #: first like every list; rendered in conversation order, grouped by date, with their seqs.
     excerpts: list[Excerpt] = Field(default_factory=list)
+    #: What the tools did (``ledger.ledger_entries``), oldest first: every state-changing call,
+    #: never dropped by a merge (an old one keeps fewer details); rendered folded per entity.
+    ledger: list[LedgerEntry] = Field(default_factory=list)
+    #: The values of look-ups that a later step used, under their keys (oldest first).
+    lookups: list[LedgerEntry] = Field(default_factory=list)
     #: Facts a user pinned: every later merge keeps them, whatever the summarizer returns.
     pinned_facts: list[str] = Field(default_factory=list)
     #: Bookkeeping, never rendered and never asked of a model: where the identifiers were seen,

@@ -488,8 +488,9 @@ def test_identifier_sources_are_bookkeeping_only() -> None:
         identifiers=["K7XQ2M", "HAT001"],
         identifier_sources={"user": ["K7XQ2M"], "tool": ["HAT001"]},
     )
-    assert render_payload(payload) == "Summary: Trip.\nIdentifiers: K7XQ2M HAT001"
-    assert render_payload(payload, "zh") == "摘要：Trip.\n标识符：K7XQ2M HAT001"
+    # Identifiers are never listed bare: each is said inside an item that says what it is.
+    assert render_payload(payload) == "Summary: Trip."
+    assert render_payload(payload, "zh") == "摘要：Trip."
     # Stored and read back (the summary record is JSON).
     assert SummaryPayload.model_validate(payload.model_dump(mode="json")) == payload
     # A damaged field never makes a payload unreadable: unknown sources and non-strings go.
@@ -513,9 +514,10 @@ def test_fit_and_plain_text_keep_the_sources_of_the_identifiers_they_keep() -> N
         identifiers=[f"HAT{i:03d}" for i in range(20)] + ["K7XQ2M"],
         identifier_sources={"tool": [f"HAT{i:03d}" for i in range(20)], "user": ["K7XQ2M"]},
     )
-    fitted = fit_to_budget(payload, 30, by_thirds)
-    assert fitted.identifiers and fitted.identifiers[-1] == "K7XQ2M"
-    assert len(fitted.identifiers) < 21 and not fitted.summary
+    fitted = fit_to_budget(payload, 10, by_thirds)
+    # The list is bookkeeping, never rendered, so it costs the budget nothing: the summary is
+    # cut and every identifier stays, with its source.
+    assert fitted.identifiers == payload.identifiers and len(fitted.summary) < 40
     kept = set(fitted.identifiers)
     assert {i for ids in fitted.identifier_sources.values() for i in ids} == kept
     assert fitted.identifier_sources["user"] == ["K7XQ2M"]
@@ -574,38 +576,27 @@ def test_render_english() -> None:
         "Timeline:",
         "- [2024-05-20] flight booked",
         "- seat changed",
-        # HAT136 is said above ("Booked HAT136"): the list does not say it twice.
-        "Identifiers: mia_li_3668",
+        # No line of bare identifiers: mia_li_3668 is bookkeeping until an item says it.
         "Keywords: baggage, refund",
     ]
 
 
-def test_render_lists_an_identifier_once_and_not_inside_a_longer_one() -> None:
+def test_render_never_lists_identifiers_bare() -> None:
     payload = SummaryPayload(
         conversation_goal="Refund order K7XQ2M",
-        identifiers=[
-            "7504069",
-            "K7XQ2M",
-            "certificate_7504069",
-            "HAT136",
-            "HAT136",
-            "HAT13",
-            "2024-05-04",
-            "2024-05-04T06:04:48",
-        ],
+        identifiers=["K7XQ2M", "certificate_7504069", "HAT136", "2024-05-04T06:04:48"],
     )
-    # K7XQ2M is in the goal; 7504069 and 2024-05-04 are parts of longer identifiers on the
-    # line; HAT13 is another flight than HAT136, not a part of it.
-    assert render_payload(payload).splitlines()[-1] == (
-        "Identifiers: certificate_7504069 HAT136 HAT13 2024-05-04T06:04:48"
-    )
+    text = render_payload(payload)
+    assert text == "Goal: Refund order K7XQ2M"
+    for name in ("Identifiers", "标识符"):
+        assert name not in text and name not in render_payload(payload, "zh")
 
 
 def test_render_chinese_and_only_non_empty_sections() -> None:
     text = render_payload(
         SummaryPayload(summary="摘要内容", identifiers=["A12345", "B12345"]), "zh"
     )
-    assert text == "摘要：摘要内容\n标识符：A12345 B12345"
+    assert text == "摘要：摘要内容"
     assert "目标" in render_payload(full_payload(), "zh-CN")
     assert render_payload(SummaryPayload()) == ""
     assert render_payload(SummaryPayload(summary="line 1\nline 2")) == "Summary:\nline 1\nline 2"

@@ -25,7 +25,7 @@ from plugin_memory_summary.prompt_fit import MESSAGE_OVERHEAD, Fit, fit_margin, 
 from plugin_memory_summary.record import SummaryRecord, build_record, dump_record
 from plugin_memory_summary.rules import rules_merge
 from plugin_memory_summary.state import SessionState
-from plugin_memory_summary.summary_model import Excerpt, SummaryPayload
+from plugin_memory_summary.summary_model import Excerpt, LedgerEntry, SummaryPayload
 from plugin_memory_summary.tokens import FITTERS_KEPT, TokenBook
 
 
@@ -146,7 +146,7 @@ def _record(payload: SummaryPayload) -> SummaryRecord:
     )
 
 
-def test_a_smaller_block_drops_whole_items_and_keeps_every_identifier() -> None:
+def test_a_smaller_block_drops_whole_items_and_keeps_every_action() -> None:
     ids = [f"BK{i:04d}X" for i in range(12)]
     payload = SummaryPayload(
         summary="Messages #1-#90 summarized.",
@@ -154,14 +154,17 @@ def test_a_smaller_block_drops_whole_items_and_keeps_every_identifier() -> None:
             Excerpt(seq=i, part=1, speaker="User", text=f"I would like sentence number {i} kept")
             for i in range(1, 40)
         ],
-        identifiers=ids,
+        ledger=[
+            LedgerEntry(seq=100 + n, tool="cancel_booking", kind="booking", entity=i)
+            for n, i in enumerate(ids)
+        ],
     )
     record = _record(payload)
     book = TokenBook(MemorySummaryConfig(), FakeLLM())
     full, full_tokens = book.block("s", 1, record, 100_000)
     small, tokens = book.block("s", 1, record, full_tokens // 2)
     assert tokens <= full_tokens // 2
-    assert all(i in small for i in ids)
+    assert all(f"booking {i}: cancelled #" in small for i in ids)
     assert "…" not in small
     assert "sentence number 39 kept" in small and "sentence number 1 kept" not in small
 
@@ -308,27 +311,28 @@ def test_a_smaller_block_already_made_is_given_without_reading_the_record_again(
     assert contribution.summary_contribution(view, state, pipeline, "memory-summary") is None
 
 
-def test_identifiers_the_conversation_acted_on_take_most_of_the_summary() -> None:
-    ids = [f"user_{i:03d}_{'x' * 6}" for i in range(60)]
-    messages = [
-        Message(role="user", content=f"My booking reference is {i}, please check it.") for i in ids
-    ]
-    budget = 400
-    id_tokens = sum(count(f" {i}") for i in ids)
-    assert 0.6 * budget < id_tokens < 0.8 * budget  # more than the share other ids get
+def test_the_actions_the_conversation_took_take_the_summary_before_its_sentences() -> None:
+    ids = [f"user_{i:03d}_{'x' * 6}" for i in range(30)]
+    messages: list[Message] = []
+    for n, i in enumerate(ids):
+        messages.append(Message(role="user", content=f"Please close account {i} for me today."))
+        call = ToolCall(
+            id=f"c{n}",
+            function=ToolCallFunction(
+                name="close_account", arguments=json.dumps({"account_id": i})
+            ),
+        )
+        messages.append(Message(role="assistant", tool_calls=[call]))
+        messages.append(Message(role="tool", tool_call_id=f"c{n}", content='{"status": "closed"}'))
+    for seq, message in enumerate(messages, start=1):
+        message.seq = seq
+    budget = 600
     payload = rules_merge(
         None, messages, budget_tokens=budget, count_tokens=count, caps=PayloadCaps(), lang="en"
     )
     text = render_payload(payload)
-    assert all(i in text for i in ids)
+    assert all(f"account {i}: closed #" in text for i in ids)
     assert count(text) <= budget
-
-
-def test_the_identifier_line_is_compact_one_space_between() -> None:
-    payload = SummaryPayload(identifiers=["A12345", "B12345", "mia_li_3668"])
-    assert render_payload(payload) == "Identifiers: A12345 B12345 mia_li_3668"
-    spaced = SummaryPayload(identifiers=["LH 716", "A12345"])
-    assert render_payload(spaced) == "Identifiers: LH 716, A12345"
 
 
 async def _big_tool_turn(h: object, g: int, results: int, words: int) -> object:

@@ -16,7 +16,8 @@ from plugin_memory_summary.prompts import (
 )
 from plugin_memory_summary.summary_model import SummaryPayload
 
-#: What the model digests; the rules engine keeps the rest (tasks, hints, record, sources, pins).
+#: What the model digests; the rules engine keeps the rest (tasks, hints, record, sources, pins,
+#: the action ledger and the look-ups: code carries them, a model never writes them).
 ASKED_KEYS = [
     n
     for n in SummaryPayload.model_fields
@@ -27,6 +28,8 @@ ASKED_KEYS = [
         "excerpts",
         "in_progress_tasks",
         "retrieval_hints",
+        "ledger",
+        "lookups",
     )
 ]
 

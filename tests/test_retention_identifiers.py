@@ -1,6 +1,6 @@
-"""Identifiers kept through a long tool chat (generated: customers served back to back, each
-looked up, one order refunded): which ones the summary keeps when they do not all fit, and that
-the budget, not a fixed count, decides how many."""
+"""A long tool chat (generated: customers served back to back, each looked up, one order
+refunded): every action the summary keeps says what was done to what, old ones say less before
+any is dropped, and with room each keeps its details."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import rules_fold
 
 from host_stub.messages import Message, ToolCall, ToolCallFunction
 from plugin_memory_summary.fitting import render_payload
-from plugin_memory_summary.identifiers import extract_identifiers, reads_as_number
+from plugin_memory_summary.identifiers import reads_as_number
 from plugin_memory_summary.summary_model import SummaryPayload, identifier_rank
 
 ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ0123456789"
@@ -107,35 +107,57 @@ def fold(messages: list[Message], budget: int, batch: int = 11) -> SummaryPayloa
     return rules_fold.fold(messages, budget, batch)
 
 
+def refunds(messages: list[Message]) -> list[tuple[int, str]]:
+    return [
+        (m.seq or 0, json.loads(c.function.arguments)["order_id"])
+        for m in messages
+        for c in m.tool_calls or []
+        if c.function.name == "refund"
+    ]
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_codes_a_tool_returned_outlast_its_dates_and_time_stamps(seed: int) -> None:
-    # 25 customers: more identifiers than an 800-token summary holds, but not more codes.
-    messages, returned, acted = tool_chat(seed, customers=25)
+def test_every_refund_is_one_line_that_names_its_order_and_seq(seed: int) -> None:
+    # 25 customers in 800 tokens: more than the summary holds whole; every action stays.
+    messages, _, _ = tool_chat(seed, customers=25)
     text = render_payload(fold(messages, 800))
-    assert [i for i in acted if i not in text] == []
-    # The orders and cards only a lookup returned, of the first customer as of the last, stay:
-    # birth dates, postal codes and time stamps, which lost their labels, give way first.
-    assert [i for i in returned if i not in text] == []
+    lines = text.split("\n")
+    for seq, order in refunds(messages):
+        assert any(order in line and "refunded" in line and f"#{seq}" in line for line in lines)
+    assert "Identifiers" not in text
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_no_number_a_tool_returned_is_kept_while_a_code_is_dropped(seed: int) -> None:
-    # 40 customers in 500 tokens: the codes do not all fit either.
-    messages, returned, acted = tool_chat(seed, customers=40)
+def test_old_actions_say_less_before_any_is_dropped(seed: int) -> None:
+    # 40 customers in 500 tokens: the newest refunds keep their details, the oldest are folded
+    # to what was done to what, none is lost.
+    messages, _, _ = tool_chat(seed, customers=40)
     payload = fold(messages, 500)
     text = render_payload(payload)
-    assert [i for i in acted if i not in text] == []
-    assert [i for i in returned if i not in text]  # the budget forced a choice
-    numbers = [i for i in payload.identifier_sources.get("tool", []) if reads_as_number(i)]
-    assert numbers == []
+    assert count(text) <= 500
+    done = refunds(messages)
+    assert all(order in text for _, order in done)
+    assert [e.entity for e in payload.ledger] == [order for _, order in done]
+    levels = [e.level for e in payload.ledger]
+    assert levels == sorted(levels, reverse=True) and levels[0] > levels[-1]
 
 
-def test_the_budget_not_a_count_decides_how_many_identifiers_stay() -> None:
-    messages, _, _ = tool_chat(4, customers=25)
-    everything = {i for m in messages for i in extract_identifiers(render_text(m))}
-    assert len(everything) > 300
-    payload = fold(messages, 4000)  # room for them all
-    assert set(payload.identifiers) >= everything
+def test_with_room_every_action_keeps_its_details_and_ids() -> None:
+    messages, _, acted = tool_chat(4, customers=25)
+    payload = fold(messages, 4000)
+    text = render_payload(payload)
+    assert {e.level for e in payload.ledger} == {0}
+    # The orders refunded and the cards refunded to: each inside its action's line.
+    cards = {
+        json.loads(c.function.arguments)["payment_id"]
+        for m in messages
+        for c in m.tool_calls or []
+        if c.function.name == "refund"
+    }
+    for line in text.split("\n"):
+        if "refunded" in line:
+            assert any(card in line for card in cards)
+    assert all(i in text for i in acted if not i.startswith("user_"))
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from host_stub.messages import Message, ToolCall, ToolCallFunction
 from plugin_memory_summary.config import PayloadCaps
 from plugin_memory_summary.fitting import render_payload
 from plugin_memory_summary.rules import rules_merge
-from plugin_memory_summary.summary_model import IDENTIFIER_SOURCES, SummaryPayload
+from plugin_memory_summary.summary_model import IDENTIFIER_SOURCES, LedgerEntry, SummaryPayload
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPS = PayloadCaps()
@@ -109,11 +109,26 @@ def test_airline_chat_fields() -> None:
         == "I'd like to book a flight from New York to Seattle on May 20th."
     )
     assert payload.open_questions == ["Is there a lounge at JFK?"]
+    # The task in progress is what the goal still waits for; what was done is in the ledger.
     [task] = payload.in_progress_tasks
-    assert task.goal == payload.conversation_goal
-    assert task.done[0] == "get_user_details(user_id=mia_li_3668)"
-    assert any(d.startswith("book_reservation(") for d in task.done)
+    assert task.goal == payload.conversation_goal and task.done == []
     assert task.todo == ["Is there a lounge at JFK?"]
+    [booked] = payload.ledger
+    assert (booked.tool, booked.kind, booked.entity) == (
+        "book_reservation",
+        "reservation",
+        "ZFA04Y",
+    )
+    assert booked.owner == "user mia_li_3668" and booked.ok
+    assert booked.details == ["flight=HAT136", "payment_id=certificate_7504069"]
+    # What the profile look-up found, under the keys it stood under; the search, which found
+    # nothing a later step used, says what it looked for.
+    by_tool = {e.tool: e for e in payload.lookups}
+    looked, searched = by_tool["get_user_details"], by_tool["search_direct_flight"]
+    assert len(payload.lookups) == 2
+    assert looked.result == ["email mia@example.com", "payment_methods certificate_7504069"]
+    assert searched.result == []
+    assert searched.details == ["origin=JFK", "destination=SEA", "date=2024-05-20"]
     # The record: whole sentences of both speakers, the assistant's confirmations included.
     said = {(e.speaker, e.text) for e in payload.excerpts}
     assert ("User", "I prefer aisle seats.") in said
@@ -128,73 +143,38 @@ def test_system_messages_and_markers_are_ignored() -> None:
     assert "marker" not in text
 
 
-def test_identifiers_verbatim_from_every_source() -> None:
+def test_identifiers_are_the_ones_an_item_says() -> None:
     payload = merge(None, airline_chat())
-    for ident in (
-        "mia_li_3668",
-        "certificate_7504069",
-        "HAT136",
-        "2024-05-20",
-        "ZFA04Y",
-        "mia@example.com",
-    ):
-        assert ident in payload.identifiers
-    assert "HAT101" in payload.identifiers  # only in a tool result, kept while there is room
+    text = render_payload(payload)
+    for ident in ("mia_li_3668", "certificate_7504069", "HAT136", "ZFA04Y", "mia@example.com"):
+        assert ident in payload.identifiers and ident in text
+    # Only in a search's listing that no later step used: not carried.
+    assert "HAT101" not in payload.identifiers and "HAT101" not in text
+    assert "Identifiers" not in text
 
 
-def test_identifier_priority_when_the_cap_forces_a_choice() -> None:
-    caps = PayloadCaps(identifiers=4)
-    payload = merge(None, airline_chat(), caps=caps)
-    # User text and tool-call arguments beat the thirty flight numbers of the search listing.
-    assert set(payload.identifiers) == {
-        "mia_li_3668",
-        "HAT136",
-        "certificate_7504069",
-        "2024-05-20",
-    }
-    # A later batch of listings does not push out what the user typed while the payload names it.
+def test_a_listing_no_later_step_used_adds_nothing() -> None:
     listing = [
         call("c9", "search_onestop_flight", origin="SEA", destination="BOS"),
         result(
             "c9", "search_onestop_flight", [{"flight_number": f"HAT{n}"} for n in range(200, 260)]
         ),
     ]
-    later = merge(payload, listing, caps=caps)
-    assert "mia_li_3668" in later.identifiers
-
-
-def test_identifiers_said_above_cost_the_identifiers_line_nothing() -> None:
-    def code(k: int) -> str:
-        return f"{chr(65 + k % 26)}{chr(65 + k // 26 % 26)}Q{100 + k}"
-
-    asked = [code(k) for k in range(5)]
-    listing = [
-        call("c1", "list_orders"),
-        result("c1", "list_orders", {"orders": [code(k) for k in range(100, 300)]}),
-    ]
-
-    def listed(first: str) -> list[str]:
-        payload = merge(None, [Message(role="user", content=first), *listing], budget_tokens=300)
-        line = render_payload(payload).splitlines()[-1]
-        assert line.startswith("Identifiers: ")
-        return line.removeprefix("Identifiers: ").split()
-
-    named = listed(f"Are orders {', '.join(asked)} still open?")
-    plain = listed("Which of my orders are still open?")
-    assert len(plain) < 200  # the budget forced a choice
-    # The question names five ids: they are said there, not listed again, and the listing
-    # keeps the room it has without them.
-    assert not set(asked) & set(named)
-    assert named == plain
+    before = merge(None, airline_chat())
+    later = merge(before, listing)
+    assert later.lookups == before.lookups and later.ledger == before.ledger
+    assert "HAT2" not in render_payload(later)
+    # One a later message used is kept, under its key.
+    used = [*listing, Message(role="assistant", content="HAT231 leaves at noon.")]
+    [*_, found] = merge(before, used).lookups
+    assert found.tool == "search_onestop_flight" and found.result == ["flight_number HAT231"]
 
 
 def test_identifier_sources_record_where_each_identifier_came_from() -> None:
     payload = merge(None, airline_chat())
     sources = payload.identifier_sources
     assert {"mia_li_3668", "HAT136", "certificate_7504069"} <= set(sources["user"])
-    assert "2024-05-20" in sources["argument"]  # only in a search call's arguments
     assert "ZFA04Y" in sources["assistant"]  # a tool result, then the assistant's text
-    assert {"mia@example.com", "HAT101"} <= set(sources["tool"])
     named = [i for ids in sources.values() for i in ids]
     assert sorted(named) == sorted(payload.identifiers)
     # Bookkeeping only: the rendering is what it was without it.
@@ -202,28 +182,22 @@ def test_identifier_sources_record_where_each_identifier_came_from() -> None:
     assert render_payload(payload) == render_payload(bare)
 
 
-def test_a_user_identifier_stays_once_the_prose_naming_it_is_gone() -> None:
-    caps = PayloadCaps(identifiers=4)
-    # Nothing of the previous payload's text names K7XQ2M any more: only its source says the
-    # user gave it. A model-written payload records no source: OLD777 counts as "assistant".
+def test_an_identifier_no_item_says_is_not_carried_bare() -> None:
+    # Nothing of the previous payload's text names K7XQ2M or OLD777 any more (a model-written
+    # payload listed them): an identifier is kept only inside an item that says what it is.
     previous = SummaryPayload(
         summary="Restaurants in Kyoto.",
         identifiers=["OLD777", "K7XQ2M"],
         identifier_sources={"user": ["K7XQ2M"]},
     )
     listing = [
-        call("c1", "search_flights", origin="SEA"),
-        result("c1", "search_flights", [{"flight_number": f"HAT{n}"} for n in range(200, 230)]),
-        call("c2", "get_reservation_details", reservation_id="RES-50001"),
-        result("c2", "get_reservation_details", {"reservation_id": "RES-50001", "seat": "12A"}),
+        call("c2", "cancel_reservation", reservation_id="RES-50001"),
+        result("c2", "cancel_reservation", {"reservation_id": "RES-50001", "status": "cancelled"}),
     ]
-    later = merge(previous, listing, caps=caps)
-    assert later.identifiers[-3:] == ["OLD777", "RES-50001", "K7XQ2M"]
-    assert later.identifier_sources["user"] == ["K7XQ2M"]
-    assert later.identifier_sources["argument"] == ["RES-50001"]
-    # A tool result naming the user's id again does not demote it.
-    again = merge(later, [result("c3", "lookup", {"note": "booking K7XQ2M is ticketed"})])
-    assert again.identifier_sources["user"] == ["K7XQ2M"] and again.identifiers[-1] == "K7XQ2M"
+    later = merge(previous, listing)
+    assert later.identifiers == ["RES-50001"]
+    assert later.identifier_sources == {"argument": ["RES-50001"]}
+    assert "reservation RES-50001: cancelled #0: status=cancelled" in render_payload(later)
 
 
 EARLY_IDENTIFIERS = [
@@ -310,14 +284,15 @@ def test_user_identifiers_survive_a_long_conversation_of_tool_results() -> None:
         for c in m.tool_calls or []
         for i in regex.findall(r"RST-\d+", c.function.arguments)
     }
-    assert len(later) > 4 * len(payload.identifiers)
-    assert payload.identifiers[-len(EARLY_IDENTIFIERS) :] == EARLY_IDENTIFIERS
     assert payload.identifier_sources["user"] == EARLY_IDENTIFIERS
     # Amounts, temperature ranges and constants are not identifiers.
     assert not {"12000", "10-22", "RATES", "7-day"} & set(payload.identifiers)
-    # The first day's prose was long pushed out: only the identifiers line still names them.
-    lines = [line for line in render_payload(payload).split("\n") if "K7XQ2M" in line]
-    assert len(lines) == 1 and lines[0].startswith("Identifiers: ")
+    text = render_payload(payload)
+    # The first day's ids are said in the record (the user's sentences, the assistant's echo),
+    # not on a line of bare ids; every booking is still in the ledger.
+    assert "Identifiers" not in text
+    assert [line for line in text.split("\n") if "K7XQ2M" in line][0].startswith("- [#")
+    assert all(f"RST-{day:03d}0" in text for day in range(90))
 
 
 def test_failed_tool_calls_are_not_done() -> None:
@@ -508,6 +483,7 @@ def test_extractive() -> None:
     keys = set(SummaryPayload.model_fields) | {"goal", "done", "todo", "when", "event"}
     keys |= {"seq", "to_seq", "speaker", "text"}  # the keys of an excerpt
     keys |= set(IDENTIFIER_SOURCES)  # the keys of the identifier_sources bookkeeping field
+    keys |= set(LedgerEntry.model_fields) | {"true", "false"}  # the keys of a ledger entry
     assert produced - allowed - keys - cut_short == set()
 
 

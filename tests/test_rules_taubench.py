@@ -2,22 +2,31 @@
 
 Each trajectory is replayed as a chat that compresses whenever more than 12 messages are active,
 keeping the newest 6 (moved earlier so a tool call and its results stay on one side) and folding
-the rest into the payload with the rules engine. At each cut we compare against a sliding window
-of the same total token budget: of the ground-truth action identifiers (user ids, reservation and
-payment ids, flight numbers, dates) that have appeared so far and that the window has dropped,
-at least 95% must still be in the rendered payload or the kept messages.
+the rest into the payload with the rules engine. At each cut:
+
+- every state-changing tool call archived so far is one ledger line of the rendered payload
+  that names its reservation (or user) id and what was done;
+- against a sliding window of the same total token budget: of the ground-truth action
+  identifiers (user ids, reservation and payment ids, flight numbers, dates) that have appeared
+  so far and that the window has dropped, at least 80% are still in the rendered payload or the
+  kept messages. Each is said inside an item that says what it is (an action, a look-up, a
+  sentence), never on a line of bare ids, so an id that only a search listed and no step of
+  the summarized part used is no longer kept (the bare list kept 95%, saying nothing of them).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from datasets import require
 
 from host_stub.datasets import load_tau_bench, tau_action_identifiers
 from host_stub.messages import Message, text_of, tool_groups
-from plugin_memory_summary.config import PayloadCaps
+from plugin_memory_summary.config import DEFAULT_READ_ONLY_TOOLS, PayloadCaps
 from plugin_memory_summary.fitting import render_payload
+from plugin_memory_summary.ledger import is_read_only
+from plugin_memory_summary.ledger_text import action_phrase
 from plugin_memory_summary.rules import rules_merge
 from plugin_memory_summary.summary_model import SummaryPayload
 
@@ -59,6 +68,8 @@ class Tally:
     retained: int = 0
     splits: int = 0
     max_tokens: int = 0
+    actions: int = 0
+    actions_said: int = 0
 
 
 def simulate(messages: list[Message], truth: set[str], tally: Tally, caps: PayloadCaps) -> None:
@@ -100,6 +111,20 @@ def simulate(messages: list[Message], truth: set[str], tally: Tally, caps: Paylo
             used += size
             window.append(full_text(m))
         window_text = "\n".join(window)
+        lines = rendered.split("\n")
+        for m in history[:folded]:
+            for c in m.tool_calls or []:
+                if is_read_only(c.function.name, DEFAULT_READ_ONLY_TOOLS):
+                    continue
+                args = json.loads(c.function.arguments or "{}")
+                key = args.get("reservation_id") or args.get("user_id") or ""
+                done = action_phrase(c.function.name).split()[0]
+                tally.actions += 1
+                # A failed call is said as tried: it changed nothing.
+                tried = f"tried {c.function.name}"
+                tally.actions_said += any(
+                    key in line and (done in line or tried in line) for line in lines
+                )
         dropped = {t for t in seen if t not in window_text}
         retained = {t for t in dropped if t in rendered or t in kept_text}
         tally.seen += len(seen)
@@ -119,9 +144,11 @@ def test_identifier_retention_beats_a_sliding_window() -> None:
         f"\ntau-bench airline dev: {len(conversations)} trajectories, {tally.cuts} cuts, "
         f"{tally.seen} identifier sightings before a cut, {tally.dropped} dropped by the "
         f"sliding window, {tally.retained} of those kept by the summary "
-        f"({share:.1%}); largest payload {tally.max_tokens} tokens of {BUDGET}"
+        f"({share:.1%}); largest payload {tally.max_tokens} tokens of {BUDGET}; "
+        f"{tally.actions_said} of {tally.actions} archived actions said"
     )
     assert tally.cuts > 100
     assert tally.dropped > 50
     assert tally.splits == 0
-    assert share >= 0.95
+    assert tally.actions > 50 and tally.actions_said == tally.actions
+    assert share >= 0.8

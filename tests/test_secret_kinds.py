@@ -181,7 +181,8 @@ async def test_p4_a_secret_an_old_summary_carries_as_an_identifier_is_dropped() 
         identifier_sources={"user": [SECRET["email"], "K7XQ2M"]},
         pinned_facts=["window seat"],
     )
-    merged = await _merge(old, ["please also check flight HAT136"], Redactor())
+    # The identifiers kept are the ones the summary says (the new goal names both).
+    merged = await _merge(old, ["please also check flight HAT136 for K7XQ2M"], Redactor())
     assert "K7XQ2M" in merged.identifiers and "HAT136" in merged.identifiers
     assert _leaks(merged.model_dump_json()) == []
     assert not [i for i in merged.identifiers if "REDACTED" in i]

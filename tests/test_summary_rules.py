@@ -182,17 +182,17 @@ def test_a_task_in_progress_does_not_repeat_the_goal_or_the_open_questions() -> 
     question = "Is there a fee for the second bag?"
     messages = [
         Message(role="user", content=request, seq=1),
-        call("c1", "get_reservation", '{"reservation_id": "K7XQ2M"}'),
+        call("c1", "hold_reservation", '{"reservation_id": "K7XQ2M"}'),
         Message(role="tool", tool_call_id="c1", content='{"status": "ok"}', seq=3),
         Message(role="user", content=question, seq=4),
     ]
     payload = rules_merge(
         None, messages, budget_tokens=600, count_tokens=count, caps=PayloadCaps(), lang="en"
     )
-    # The task is there, with what its tool did, ...
+    # The task is there, and what its tool did is in the ledger, ...
     assert payload.in_progress_tasks and payload.in_progress_tasks[0].todo == [question]
     text = render_payload(payload)
-    assert "get_reservation(reservation_id=K7XQ2M)" in text
+    assert "reservation K7XQ2M: held #0: status=ok" in text
     # ... but its goal is the conversation's goal and its to-do the open question: each is
     # said once.
     assert text.count(request) == 1

@@ -9,10 +9,15 @@ What is taken from an answer, whatever its form:
 - Plain prose that passes the gate (not empty, not a refusal, not an error dump, not JSON
   debris, not an echo of the request): its sentences; cut off, its complete sentences.
 - Never: a sentence or item that is a JSON fragment, that names an identifier found nowhere
-  in the conversation or the previous summary (an invented id would be carried for good), or,
-  in prose, whose words are mostly not in them (made up, not digested).
+  in the conversation or the previous summary (an invented id would be carried for good), that
+  is meta-talk (about the answer or the conversation as a document, "This response is a JSON
+  object ...", "The transcript shows ...", or spoken to the reader as an assistant, "I'm glad
+  you enjoyed the chat", "feel free to ask": :func:`.parsing.meta_talk_reason`), or, in prose,
+  whose words are mostly not in them (made up, not digested). A preamble ("Here is the
+  summary:") is taken off the sentence it opens.
 
-Only an answer with nothing left after this is rejected, and the rules engine merges alone.
+Only an answer with nothing left after this is rejected, and the rules engine merges alone; the
+reason is ``meta-talk`` when that is mostly what was left out.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from .parsing import (
     answer_gate,
     debris_reason,
     echo_reason,
+    meta_lead,
+    meta_talk_reason,
     parse_summary_output,
     plain_text_gate,
 )
@@ -117,18 +124,24 @@ def read_answer(text: str, *, cut_off: bool, instructions: str, source: str) -> 
     if cut_off:
         notes.append("answer cut off at the length limit: its complete items were kept")
     # Prose is where a weak model makes lines up; JSON fields are read as the model wrote them.
-    kept, dropped = _clean_items(digest, source, judged=prose_answer)
-    payload, dropped_fields = _clean_payload(parsed, source)
-    dropped += dropped_fields
-    if dropped:
-        notes.append(
-            f"{dropped} item(s) left out: JSON fragments, identifiers or words not in the "
-            "conversation"
+    out = _Dropped()
+    kept = _clean_items(digest, source, out, judged=prose_answer)
+    payload = _clean_payload(parsed, source, out)
+    if out.total:
+        kinds = (["meta-talk"] if out.meta else []) + (
+            ["JSON fragments, identifiers or words not in the conversation"] if out.other else []
         )
+        notes.append(f"{out.total} item(s) left out: {', '.join(kinds)}")
     answer = Answer(payload=payload, digest=kept, notes=notes)
     if answer.empty:
+        if out.meta and out.meta >= out.other:
+            # An answer about itself, or spoken to the reader: its own kind in the report.
+            raise AnswerRejected(
+                "meta-talk: the answer spoke of itself or to the reader, not of the "
+                f"conversation ({out.total} left out)"
+            )
         raise AnswerRejected(
-            "nothing usable in the answer" + (f" ({dropped} left out)" if dropped else "")
+            "nothing usable in the answer" + (f" ({out.total} left out)" if out.total else "")
         )
     return answer
 
@@ -150,6 +163,18 @@ def _grounded(item: str, source_stems: set[str]) -> bool:
     return len(stems) < 3 or len(stems & source_stems) / len(stems) >= GROUNDED
 
 
+@dataclass
+class _Dropped:
+    """Items left out of an answer: as meta-talk, and for any other reason."""
+
+    meta: int = 0
+    other: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.meta + self.other
+
+
 def _usable(item: str, source: str, source_stems: set[str] | None = None) -> bool:
     """Whether an item can be kept; with ``source_stems``, its words are judged too."""
     return (
@@ -160,33 +185,51 @@ def _usable(item: str, source: str, source_stems: set[str] | None = None) -> boo
     )
 
 
+def _meta(item: str) -> bool:
+    """``item`` (its preamble taken off) is nothing but meta-talk."""
+    return not item.strip() or meta_talk_reason(item) is not None
+
+
+def _clean_item(item: str, source: str, out: _Dropped, stems: set[str] | None = None) -> str | None:
+    """``item`` as kept (its preamble taken off, on one line), or ``None``, counted in ``out``."""
+    text = meta_lead(item) if item.strip() else item
+    if item.strip() and _meta(text):
+        out.meta += 1
+        return None
+    if not _usable(text, source, stems):
+        out.other += 1
+        return None
+    return collapse_whitespace(text)
+
+
 def _clean_items(
-    items: Sequence[str], source: str, *, judged: bool = False
-) -> tuple[list[str], int]:
+    items: Sequence[str], source: str, out: _Dropped, *, judged: bool = False
+) -> list[str]:
     stems = _stems(source) if judged and items else None
-    kept = [collapse_whitespace(i) for i in items if _usable(i, source, stems)]
-    return list(dict.fromkeys(kept)), len(items) - len(kept)
+    kept = [k for i in items if (k := _clean_item(i, source, out, stems)) is not None]
+    return list(dict.fromkeys(kept))
 
 
-def _clean_payload(parsed: SummaryPayload, source: str) -> tuple[SummaryPayload, int]:
-    dropped = 0
+def _clean_payload(parsed: SummaryPayload, source: str, out: _Dropped) -> SummaryPayload:
     update: dict[str, object] = {"summary": ""}
     for name in _LISTS:
-        items, n = _clean_items(getattr(parsed, name), source)
-        update[name] = items
-        dropped += n
-    timeline = [
-        e for e in parsed.timeline if _usable(e.event, source) and not _invented(e.when, source)
-    ]
-    dropped += len(parsed.timeline) - len(timeline)
+        update[name] = _clean_items(getattr(parsed, name), source, out)
+    timeline = []
+    for e in parsed.timeline:
+        event = _clean_item(e.event, source, out)
+        if event is not None and not _invented(e.when, source):
+            timeline.append(e.model_copy(update={"event": event}))
+        elif event is not None:
+            out.other += 1
     update["timeline"] = timeline
     goal = parsed.conversation_goal
-    update["conversation_goal"] = goal if goal and _usable(goal, source) else ""
+    keep_goal = goal and not _meta(goal) and _usable(goal, source)
+    update["conversation_goal"] = goal if keep_goal else ""
     # An identifier the model lists must be in the source: one that is nowhere is not one.
     update["identifiers"] = [i for i in parsed.identifiers if i and i in source]
     update["in_progress_tasks"] = []
     update["retrieval_hints"] = []
-    return parsed.model_copy(update=update), dropped
+    return parsed.model_copy(update=update)
 
 
 def layer_answer(previous: SummaryPayload | None, answer: Answer) -> SummaryPayload:

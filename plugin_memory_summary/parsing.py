@@ -23,6 +23,8 @@ __all__ = [
     "debris_reason",
     "echo_reason",
     "looks_like_prose",
+    "meta_lead",
+    "meta_talk_reason",
     "parse_summary_output",
     "payload_from_text",
     "plain_text_gate",
@@ -339,6 +341,144 @@ def debris_reason(text: str) -> str | None:
     syntax = sum(1 for ch in stripped if ch in _SYNTAX)
     if syntax / len(stripped) > 0.08:
         return "JSON fragments, not prose"
+    return None
+
+
+# --- meta-talk: an answer about itself, or spoken to its reader --------------------------------
+
+#: Quoted words are the conversation's, whoever they address: they are never meta-talk.
+_QUOTED = lazy_regex(r'"[^"\n]*"|“[^”\n]*”|「[^」\n]*」|『[^』\n]*』')
+#: What an answer calls itself: the summary, the JSON, the response, the transcript it read.
+_OUTPUT = (
+    r"(?:json(?:\s+(?:object|output|format|data|response))?|summary|summaries|recap|transcript"
+    r"|excerpt|output|response|reply|chat\s+log)"
+)
+#: Verbs that describe a document: what it holds, shows, is about.
+_OUTPUT_VERB = (
+    r"(?:contain|include|provide|show|describe|summari[sz]e|cover|capture|list|highlight|outline"
+    r"|present|consist|mention|focus|detail|reflect|revolve|cent(?:er|re)|depict|illustrate"
+    r"|document|record|discuss|explain|indicate|reveal|touch|talk|deal|concern|give|offer"
+    r"|begin|start|end|feature)(?:e?s|e?d|ing)?"
+    r"|(?:is|are|was|were|seems?|appears?)\s+(?:(?:mainly|mostly|primarily|all|basically)\s+)?"
+    r"(?:about|between|based|written|formatted|structured|organi[sz]ed|in\s+json|in\s+the\s+form"
+    r"|(?:a|an)\s+(?:\w+\s+){0,2}?(?:json|summary|recap|object|overview|digest|transcript"
+    r"|conversation|dialog(?:ue)?|chat|exchange|response|reply))\b"
+    r"|(?:has|have|had)\s+(?:been\s+)?(?:summari[sz]ed|written|formatted|generated|created)"
+)
+#: The conversation taken as a document: what it contains or shows, what kind of text it is
+#: (not what happened in it: "The conversation ended with Jon feeling motivated" is content).
+_TALK = r"(?:conversation|chat|dialog(?:ue)?|exchange)"
+_TALK_VERB = (
+    r"(?:contain|include|consist|show|depict|document|record)(?:e?s|e?d)?"
+    r"|(?:is|are|was|were)\s+(?:(?:a|an)\s+(?:\w+\s+){0,2}?(?:json|transcript|record|log|text"
+    r"|document|example|sample)|between\s+(?:the|a|an)\s+(?:user|human|assistant|ai))\b"
+)
+_DET = (
+    r"(?:this|the|that|my|our|your)\s+(?:(?:above|following|below|given|provided|generated"
+    r"|resulting|previous|current|entire|whole|short|brief|final|json|full)\s+){0,2}"
+)
+_AUX = r"(?:\w+ly\s+)?(?:(?:does|do|did|also|only)(?:n't|n’t)?\s+(?:not\s+)?)?"
+#: What a preamble introduces ("Here is a short summary", "Below is the JSON object").
+_INTRODUCED = (
+    r"(?:(?:a|an|the|my|your|our)\s+(?:\w+\s+){0,3}?)?(?:json|summary|recap|overview|digest"
+    r"|transcript|response|output|breakdown|answer|key\s+(?:facts|points)|main\s+points)\b"
+)
+#: A sentence about the answer or the conversation as a document ("This response is a JSON
+#: object ...", "The transcript shows ...", "Here is the summary"), or about the two roles
+#: conversing; an optional opener ("Overall,", "Note:") first.
+_META_DOC = lazy_regex(
+    r"(?i)^(?:(?:overall|in\s+(?:short|summary|conclusion)|so|basically|note|nb|p\.?s\.?)"
+    r"\s*[,:]\s*)?(?:"
+    + _DET
+    + _OUTPUT
+    + r"(?:\s+(?:above|below|here|provided|given|object|format|you\s+requested"
+    r"|you\s+asked\s+for))?\s+" + _AUX + r"(?:" + _OUTPUT_VERB + r")\b"
+    r"|"
+    + _DET
+    + _TALK
+    + r"(?:\s+(?:above|below|here|provided|given))?\s+"
+    + _AUX
+    + r"(?:"
+    + _TALK_VERB
+    + r")\b"
+    r"|(?:(?:sure|certainly|okay|ok|of\s+course|absolutely|alright)[,!.]*\s+)?"
+    r"(?:here(?:'s|’s|\s+is|\s+are)|below\s+(?:is|are)|(?:the\s+)?following\s+(?:is|are)"
+    r"|this\s+is)\s+" + _INTRODUCED + r""
+    r"|(?:the\s+)?(?:user|human)\s+(?:and|&)\s+(?:the\s+)?(?:assistant|ai|bot|chatbot|model)"
+    r"\s+(?:(?:are|were|is|was|have|had|engaged|engage|engaging|having)\s+)+(?:in\s+)?(?:a|an)"
+    r"\s+(?:\w+\s+){0,2}?(?:conversation|chat|discussion|dialog(?:ue)?|exchange|interaction)\b"
+    r"|(?:sure|certainly|of\s+course|absolutely|okay|ok|alright|got\s+it|no\s+problem|好的|当然"
+    r"|没问题)\W*$)"
+    r"|\bI(?:'ve|’ve|\s+have)?\s+(?:summari[sz]ed|included|listed|extracted|provided|created"
+    r"|generated|written|wrote|omitted|formatted|compiled)\s+(?:\w+\s+){0,3}?(?:summary|json"
+    r"|facts|identifiers|key\s+points|details|information|conversation|transcript|response"
+    r"|output)\b"
+    # Chinese: the summary, the answer as a document; the conversation as a text; the roles.
+    r"|^(?:以下|下面|如下)(?:是|为)|^(?:以上|上述)(?:个|份|段|条|些)?(?:内容|文字)?(?:就)?(?:是|为)"
+    r".{0,8}?(?:摘要|总结|概要|概述|JSON|json)|^这(?:就)?是(?:一个|一份|一段|本次|这次)?.{0,6}?"
+    r"(?:摘要|总结|概要|概述|JSON|json)"
+    r"|(?:这|此|该|本|以上|上述|下面的|以下的)(?:个|份|段|条|次|些)?(?:内容|文字)?(?:是|为)?"
+    r"(?:摘要|总结|概要|概述|JSON|json|回答|回复|输出|转录)(?:中|里)?(?:的内容)?"
+    r"(?:主要|重点|大致|基本)?(?:是|为|包含|包括|显示|展示|描述|总结|概括|提供|列出|记录|涵盖|讲述"
+    r"|介绍|反映|围绕|涉及|讨论|说明|关于|内容)"
+    r"|(?:这|此|该|本|以上|上述)(?:个|份|段|条|次)?(?:对话|聊天|会话)(?:记录)?(?:中|里)?"
+    r"(?:包含|包括|显示|展示|记录|是(?:一段|一个|一份).{0,6}?(?:记录|文本|JSON|json|示例))"
+    r"|用户(?:和|与|跟)(?:AI)?助手(?:之间)?(?:进行|展开|有)了?(?:一次|一段|一场)?.{0,4}?"
+    r"(?:对话|交流|聊天|讨论)"
+)
+#: The answer speaking as an assistant to its reader ("I'm glad", "I'm happy to help", "feel
+#: free to ask", "let me know", "I hope this helps", "as an AI"); third-person reports of what
+#: someone said ("Melanie is happy to help at the shelter") are not.
+_META_VOICE = lazy_regex(
+    r"(?i)\bI(?:'m|’m|\s+am|'d\s+be|’d\s+be|\s+would\s+be|\s+will\s+be|'ll\s+be|’ll\s+be)\s+"
+    r"(?:so\s+|very\s+|really\s+|truly\s+|always\s+|more\s+than\s+)?"
+    r"(?:(?:glad|happy|delighted|pleased|thrilled)\s+(?:to\s+(?:help|assist|hear|see|know|be\s+of"
+    r"|provide|answer|chat|talk)|(?:that\s+)?you\b|I\s+could)|here\s+to\s+(?:help|assist))\b"
+    r"|^(?:(?:always\s+)?(?:glad|happy)\s+to\s+(?:help|assist)|you(?:'re|’re|\s+are)\s+welcome"
+    r"|(?:thank\s+you|thanks)(?:\s+so\s+much)?\s+for\s+(?:sharing|asking|reaching|your|the"
+    r"|chatting|using|this|reading|letting)|(?:good|best\s+of)\s+luck\b|take\s+care\b"
+    r"|have\s+a\s+(?:great|good|nice|wonderful|lovely|fantastic)\s+\w+)"
+    r"|(?:^|[,;]\s*|\b(?:so|and|please)\s+)(?:please\s+)?(?:feel\s+free|(?:don't|don’t|do\s+not)"
+    r"\s+hesitate)\s+to\s+(?:ask|reach|contact|let|share|get\s+in\s+touch|message|send|come\s+back"
+    r"|follow\s+up|tell|ping|drop)\b"
+    r"|\blet\s+me\s+know\b|\bI\s+hope\s+(?:this|that|it|these|my|you|the\s+(?:above|summary"
+    r"|information))\b|^hope\s+(?:this|that|it)\s+(?:helps|was|is)\b"
+    r"|\bif\s+you\s+(?:have|need|want|would\s+like|'d\s+like|’d\s+like)\s+(?:\w+\s+){0,3}?"
+    r"(?:questions?|help|assistance|anything|more|further|clarification|information)\b"
+    r"|\banything\s+else\s+(?:I\s+can|you\s+(?:need|want|would))\b"
+    r"|\bI\s+(?:can|could|will|'ll|’ll|would|'d|’d)\s+(?:be\s+able\s+to\s+)?(?:help|assist)\s+you\b"
+    r"|\bas\s+an\s+AI\b|\bas\s+a\s+(?:large\s+)?language\s+model\b|\bas\s+your\s+(?:AI\s+)?assistant\b"
+    r"|希望(?:(?:这|以上|上述|此)(?:些|个|份|段)?(?:内容|信息|摘要|总结|回答|回复)?(?:能|可以|会)?"
+    r"(?:对(?:你|您))?|(?:能|可以|会)?对(?:你|您))有(?:所)?帮助"
+    r"|如果(?:你|您)(?:还)?(?:有|需要)(?:任何|其他|更多|别的)?(?:问题|疑问|需要|帮助)"
+    r"|随时(?:告诉|联系|提问|问|找)|请告诉我|欢迎随时|^(?:不客气|祝(?:你|您))"
+    r"|我(?:很|非常|十分|也|真)?(?:高兴|乐意|开心|荣幸)(?:能|可以)?(?:为(?:你|您)|帮|听到|看到"
+    r"|(?:和|与|跟)?(?:你|您))"
+    r"|作为(?:一个|一名)?(?:AI|人工智能|语言模型|大语言模型|助手)"
+)
+#: A preamble that introduces what follows it ("Here is the summary:", "Summary:", "以下是摘要：").
+_META_LEAD = lazy_regex(
+    r"(?i)^\s*(?:(?:(?:sure|certainly|okay|ok|of\s+course|absolutely|alright)[,!.]*\s+)?"
+    r"(?:here(?:'s|’s|\s+is|\s+are)|below\s+(?:is|are)|(?:the\s+)?following\s+(?:is|are)"
+    r"|this\s+is)\b[^:：\n]{0,80}|(?:summary|json|output|response|answer|摘要|总结)"
+    r"|(?:以下|下面|如下)(?:是|为)[^:：\n]{0,30})\s*[:：]\s*"
+)
+
+
+def meta_lead(text: str) -> str:
+    """``text`` without a preamble that introduces the answer ("Here is the summary:",
+    "Summary:", "以下是摘要："); all of it when it has none, ``""`` when it is only that."""
+    return _META_LEAD().sub("", text, count=1).strip() if ":" in text or "：" in text else text
+
+
+def meta_talk_reason(text: str) -> str | None:
+    """Why ``text`` (a sentence or an item of an answer) talks about the answer or the
+    conversation as a document, or speaks to its reader as an assistant, instead of saying what
+    the conversation said; or ``None``. English and Chinese; quoted words are not judged."""
+    unquoted = _QUOTED().sub("_", text).strip()
+    match = _META_DOC().search(unquoted) or _META_VOICE().search(unquoted)
+    if match:
+        return f"meta-talk: {collapse_whitespace(match.group())[:60]!r}"
     return None
 
 

@@ -7,6 +7,9 @@ about as cheap on a busy CPU to a hundred times cheaper on a GPU). With two or m
 different shapes both costs are fitted (least squares); before that, writing a token is
 assumed to cost :data:`OUTPUT_COST_RATIO` times reading one.
 
+Before any call to a model ended, it is taken to be slow (:data:`UNKNOWN_SPEED`): its first call
+digests a small part, sized to end well within the timeout at that speed, and measures it.
+
 A call that timed out is a lower bound: it is kept as a sample that took :data:`TIMEOUT_FACTOR`
 times the timeout, so the next calls are asked for less; and the server, which does not know the
 client gave up, is taken to be busy with it for the time the model says it still needed.
@@ -22,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "UNKNOWN_OVERHEAD_TOKENS",
+    "UNKNOWN_SPEED",
     "CallLimits",
     "Sample",
     "Speed",
@@ -81,6 +86,16 @@ class Speed:
     @property
     def prompt_tps(self) -> float:
         return 1.0 / self.prompt_s if self.prompt_s > 0 else float("inf")
+
+
+#: The speed a model is taken to have before any call to it ended: slow (a small model on a busy
+#: CPU reads 50 tokens and writes 5 a second), so its first call is small enough to end well
+#: within the timeout; that call measures the real speed. A model faster than this pays one
+#: small call more, once; one slower may still time out, and is then measured by the timeout.
+UNKNOWN_SPEED = Speed(prompt_s=1 / 50, output_s=1 / 5, samples=0)
+#: The prompt's tokens besides the conversation (instructions, a few lines of the previous
+#: summary, labels) before a call measured them.
+UNKNOWN_OVERHEAD_TOKENS = 300
 
 
 def _seconds(s: Sample) -> float:
@@ -218,14 +233,18 @@ class SpeedBook:
 
     def limits(self, model: str, *, timeout_s: float, max_tokens: int) -> CallLimits | None:
         """:func:`call_limits` for ``model``, the prompt's overhead (instructions, labels) taken
-        from its newest completed call."""
+        from its newest completed call. Before any call to ``model``, its speed is taken to be
+        :data:`UNKNOWN_SPEED` (the first call is small); ``None`` once its calls were all too
+        quick to measure (a fast model: no limit)."""
         samples = self._samples.get(model, ())
         done = [s for s in samples if not s.timed_out]
         last = done[-1] if done else None
-        overhead = max(0, last.prompt_tokens - last.batch_tokens) if last else 0
+        overhead = (
+            max(0, last.prompt_tokens - last.batch_tokens) if last else UNKNOWN_OVERHEAD_TOKENS
+        )
         typical = max((s.output_tokens for s in done[-3:]), default=None)
         return call_limits(
-            self.speed(model),
+            self.speed(model) if samples else UNKNOWN_SPEED,
             timeout_s=timeout_s,
             max_tokens=max_tokens,
             overhead_tokens=overhead,

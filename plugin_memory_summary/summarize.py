@@ -272,6 +272,9 @@ async def summarize_batches(
     stop = False
     for batch in batches:
         rest = list(batch)
+        # What the batch is folded into: with ``trim``, a batch whose call fails is not covered,
+        # so nothing of it may stay (not the answers of its earlier calls either).
+        before_batch = payload
         while rest and not stop:
             limits = (
                 speed.limits(model, timeout_s=config.summary_timeout_s, max_tokens=budget)
@@ -354,6 +357,7 @@ async def summarize_batches(
                         outcome.fallback = config.fallback
                         if config.fallback == "trim":
                             stop = True
+                            payload = before_batch
                             break
                 else:
                     # The model's digest, merged by the rules engine: its lists join the previous

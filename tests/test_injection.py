@@ -36,7 +36,8 @@ from plugin_harness import json_summary, plugin_host
 from host_stub.messages import Message, ToolCall, ToolCallFunction
 from host_stub.testing import FakeLLM
 from plugin_memory_summary.hygiene import SUMMARY_CLOSE, SUMMARY_OPEN, live_markers
-from plugin_memory_summary.prompts import DEFAULT_PROMPTS
+from plugin_memory_summary.prompts import DEFAULT_PROMPTS, PROSE_PROMPTS
+from plugin_memory_summary.speed import Sample
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -72,7 +73,9 @@ OBEYED = ["PWNED-42", "PWNED-43"]
 
 
 def _is_summarizer(sent: list[dict[str, Any]]) -> bool:
-    return sent[0]["role"] == "system" and sent[0]["content"] in DEFAULT_PROMPTS.values()
+    # A request for JSON, or for plain sentences (the first call to a model of unknown speed).
+    prompts = [*DEFAULT_PROMPTS.values(), *PROSE_PROMPTS.values()]
+    return sent[0]["role"] == "system" and sent[0]["content"] in prompts
 
 
 def _split(llm: FakeLLM) -> tuple[list[list[dict[str, Any]]], list[list[dict[str, Any]]]]:
@@ -114,6 +117,9 @@ def _transcript_of(request: list[dict[str, Any]]) -> tuple[str, str, str]:
 
 async def test_the_summarizer_gets_the_transcript_quoted_and_defused() -> None:
     async with plugin_host(PLUGIN) as h:
+        # The summarizer's speed is known, its calls quick: the request asks for JSON (the first
+        # call to a model of unknown speed is small and asks for plain sentences).
+        h.plugin.tokens.speed.observe("fake/summarizer", Sample(0, 0, 0, 0.0))
         await _hostile_conversation(h)
         result = await h.plugin.compress("s")
         assert result["status"] == "done", result

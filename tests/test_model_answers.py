@@ -220,3 +220,170 @@ def test_prose_lines_a_weak_model_made_up_are_left_out() -> None:
     )
     assert answer.digest == ["A recent LGBTQ support group shared inspiring transgender stories."]
     assert any("left out" in n for n in answer.notes)
+
+
+# --- meta-talk: an answer about itself, or spoken to the reader (issue "Weak models", point 1) --
+
+#: What SmolLM2-135M-Instruct answered on a llama.cpp server, merged before as digest lines.
+META_JSON = (
+    "This response is a JSON object that contains the summary, stable facts, and identifiers."
+)
+META_CHATTER = (
+    "I'm glad you enjoyed the chat, and I'm happy to help with your pet training needs... "
+    "Feel free to ask if you have any other questions!"
+)
+META_FIELDS = json.dumps(
+    {
+        "summary": "The summary contains the key points of the conversation. Here is the summary.",
+        "stable_facts": ["The transcript shows a chat between the user and the assistant."],
+        "decisions": ["Let me know if you need anything else."],
+    }
+)
+META_ZH = "这个摘要包含了对话的主要内容。希望对你有帮助！如果你还有其他问题，请随时告诉我。"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [META_JSON, META_CHATTER, META_FIELDS, META_ZH],
+    ids=["about-the-json", "assistant-chatter", "json-fields", "chinese"],
+)
+async def test_an_answer_that_only_talks_about_itself_or_to_the_user_falls_back(
+    answer: str,
+) -> None:
+    _, result, text, _ = await run(answer)
+    assert result["status"] == "error" and result["stats"]["fallback"] == "rules", result
+    # Its own reason, one kind in the report.
+    assert "answer rejected: meta-talk" in result["reason"], result["reason"]
+    from plugin_memory_summary.report.reasons import fallback_kinds
+
+    assert [k for k, _, _ in fallback_kinds([result["reason"]])] == ["rejected: meta-talk"]
+    for words in ("JSON object", "glad", "happy to help", "summary contains", "transcript shows"):
+        assert words not in text, words
+    assert "摘要包含" not in text and "帮助" not in text
+    assert "23 kg" in text  # the rules engine merged the batch
+    for fact in EARLY_FACTS:
+        assert fact in text, fact
+
+
+async def test_meta_sentences_are_left_out_and_the_content_is_kept() -> None:
+    answer = (
+        "Here is the summary of the conversation:\n"
+        "A checked bag of 23 kg was added for 40 EUR. Breakfast is included on the Oslo flight.\n"
+        "I hope this helps! Let me know if you need anything else."
+    )
+    _, result, text, _ = await run(answer)
+    assert result["status"] == "done" and result["stats"]["fallback"] is None, result
+    assert "3 item(s) left out: meta-talk" in result["reason"], result["reason"]
+    digest = [line for line in text.splitlines() if "] Summary: " in line]
+    assert digest and "A checked bag of 23 kg was added for 40 EUR." in digest[-1], text
+    for words in ("Here is the summary", "hope this helps", "Let me know"):
+        assert words not in text, words
+
+
+#: Sentences about the answer itself or spoken to its reader, English and Chinese.
+META_TALK = [
+    META_JSON,
+    META_CHATTER,
+    "The summary contains the user's travel plans and their booking reference.",
+    "The transcript shows a conversation about flights to Oslo.",
+    "This conversation is a transcript between a user and an AI assistant.",
+    "The chat log shows the user asking about a checked bag.",
+    "Here is the summary of the conversation.",
+    "Sure! Here's a short summary.",
+    "Sure!",
+    "Below is the JSON object you asked for.",
+    "The user and the assistant had a friendly conversation.",
+    "I have summarized the key facts of the conversation.",
+    "Note: the summary above does not include the tool results.",
+    "I hope this helps!",
+    "Hope this helps.",
+    "Let me know if you need anything else.",
+    "If you have any other questions, feel free to ask.",
+    "Please don't hesitate to reach out.",
+    "As an AI, I do not have personal experiences.",
+    "You're welcome, enjoy your trip!",
+    "Thank you for sharing your story with me.",
+    "Is there anything else I can help you with?",
+    "这个摘要包含了用户的旅行计划。",
+    "以上内容是对话的总结。",
+    "以下是对话的摘要：",
+    "这段对话是一段客服聊天记录。",
+    "好的！",
+    "用户和助手进行了一次愉快的对话。",
+    "希望对你有帮助。",
+    "如果您还有其他问题，请随时告诉我。",
+    "我很高兴能帮助你。",
+]
+
+#: The conversation's content, in the words a digest uses: none of it is meta-talk.
+CONTENT = [
+    "Caroline said she was glad she went to the support group.",
+    "Melanie is happy to help at the shelter.",
+    "Melanie hopes this helps her kids learn to swim.",
+    "Caroline asked Melanie to let her know how the race went.",
+    "Jon told Gina to feel free to use his studio.",
+    'Gina wrote "I hope this helps" on the card for Jon.',
+    "The user booked window seat 14A on the Oslo flight.",
+    "The traveller, booking K7XQ2M, flies Lisbon to Oslo on 12 June 2024.",
+    "The response from the airline came after two days.",
+    "The answer to the quiz was Paris.",
+    "The summary report for the board was sent to Bob on 8 May.",
+    "The user thanked the assistant for the flight details.",
+    "Melanie's conversation with her mentor inspired her to paint.",
+    "The document lists the visa requirements for Norway.",
+    "A summary of the trip was posted on the blog.",
+    "The conversation ended with Jon feeling motivated to open his dance studio.",
+    "Tim finds bliss in reading a great fantasy book to escape and feel free.",
+    "Here's a photo of the horse painting Melanie made.",
+    "本次对话主要讨论了宠物训练。",
+    "I'm happy that dance has such a special meaning to both of us.",
+    "今天健身教练夸我身材练的非常不错，我很开心。",
+    "卡罗琳说她很高兴参加了支持小组。",
+    "梅兰妮很乐意在收容所帮忙。",
+    "用户预订了14A靠窗座位。",
+    "用户希望这个方法对孩子有帮助。",
+]
+
+
+@pytest.mark.parametrize("sentence", META_TALK)
+def test_meta_talk_is_recognised(sentence: str) -> None:
+    from plugin_memory_summary.parsing import meta_lead, meta_talk_reason
+
+    assert meta_talk_reason(sentence) is not None or not meta_lead(sentence), sentence
+
+
+@pytest.mark.parametrize("sentence", CONTENT)
+def test_the_conversations_content_is_not_meta_talk(sentence: str) -> None:
+    from plugin_memory_summary.parsing import meta_lead, meta_talk_reason
+
+    assert meta_talk_reason(sentence) is None, sentence
+    assert meta_lead(sentence) == sentence
+
+
+def test_a_json_answer_of_meta_talk_is_rejected_with_its_own_reason() -> None:
+    from plugin_memory_summary.answers import AnswerRejected, read_answer
+
+    with pytest.raises(AnswerRejected, match="^meta-talk"):
+        read_answer(
+            META_FIELDS,
+            cut_off=False,
+            instructions="You write short summaries.",
+            source="user: My dog pulls on the leash. assistant: Try short training sessions.",
+        )
+    answer = read_answer(
+        json.dumps(
+            {
+                "summary": "The summary contains the facts. The dog pulls on the leash.",
+                "stable_facts": [
+                    "I'm happy to help with your pet training needs.",
+                    "The dog is called Rex",
+                ],
+            }
+        ),
+        cut_off=False,
+        instructions="You write short summaries.",
+        source="user: My dog Rex pulls on the leash. assistant: Try short training sessions.",
+    )
+    assert answer.digest == ["The dog pulls on the leash."]
+    assert answer.payload.stable_facts == ["The dog is called Rex"]
+    assert any("left out" in n and "meta-talk" in n for n in answer.notes)

@@ -20,6 +20,7 @@ from host_stub.testing import FakeLLM, message_tokens
 from plugin_memory_summary import MemorySummaryConfig
 from plugin_memory_summary import state as state_module
 from plugin_memory_summary.hygiene import SUMMARY_CLOSE, SUMMARY_OPEN
+from plugin_memory_summary.speed import Sample
 
 
 async def drain(h: Any) -> None:
@@ -468,12 +469,19 @@ async def test_no_model_uses_rules_without_any_llm_call() -> None:
         assert "user message" in ((await h.plugin.get_conversation_summary("s")) or "")
 
 
+def speed_known(plugin: Any, model: str) -> None:
+    """``model``'s speed is measured, its calls quick: a batch is one call of the full budget
+    (a model of unknown speed is first sent a small part: test_weak_models.py)."""
+    plugin.tokens.speed.observe(model, Sample(0, 0, 0, 0.0))
+
+
 async def test_summary_model_and_temperature_reach_the_summarizer() -> None:
     llm = FakeLLM(default=json_summary)
     async with plugin_host(
         {"threshold": 100, "keep_recent": 2, "summary_model": "cheap/model"}, llm=llm
     ) as h:
         await h.turns("s", 3)
+        speed_known(h.plugin, "cheap/model")
         await h.plugin.compress("s")
         call = llm.calls[0]
         assert (
@@ -494,6 +502,7 @@ async def test_chinese_conversation_gets_the_chinese_prompt() -> None:
                 f"我想订一张去上海的机票，第{i}次",
                 recorded=[Message(role="assistant", content="好的，请提供日期。")],
             )
+        speed_known(h.plugin, "fake/summarizer")
         await h.plugin.compress("s")
         system = llm.calls[0]["messages"][0]["content"]
         assert "JSON" in system and any("\u4e00" <= ch <= "\u9fff" for ch in system)
@@ -859,6 +868,7 @@ async def test_summary_budget_follows_the_chat_window_and_caps() -> None:
         host={"context_window": 50_000},
     ) as h:
         await h.turns("s", 3)
+        speed_known(h.plugin, "fake/summarizer")
         await h.plugin.compress("s")
         assert (
             llm.calls[-1]["max_tokens"] == 700
@@ -875,6 +885,7 @@ async def test_summary_budget_follows_the_chat_window_and_caps() -> None:
         host={"context_window": 50_000},
     ) as h:
         await h.turns("s", 3)
+        speed_known(h.plugin, "fake/summarizer")
         await h.plugin.compress("s")
         assert llm.calls[-1]["max_tokens"] == 1500
 

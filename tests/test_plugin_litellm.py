@@ -30,6 +30,7 @@ from host_stub.memory.sqlite import SQLiteMemory
 from host_stub.messages import Message, ToolCall, ToolCallFunction
 from host_stub.services import SUMMARY_NAMESPACE
 from plugin_memory_summary.prompts import DEFAULT_PROMPTS
+from plugin_memory_summary.speed import Sample
 
 MODEL = "openai/fake-model"
 WINDOW = 8000
@@ -213,7 +214,9 @@ def assert_summarizer_request(
 
 async def first_compression(rig: Rig) -> dict[str, Any]:
     """Turns 0-4, then a compression answered with FIRST_SUMMARY: turns 0-3 summarized, turn 4
-    (its 4 messages) kept."""
+    (its 4 messages) kept. The summarizer's speed is known, its calls quick: each compression is
+    one request (a model of unknown speed is first sent a small part: test_weak_models.py)."""
+    rig.plugin.tokens.speed.observe(MODEL, Sample(0, 0, 0, 0.0))
     await rig.replay(range(5))
     rig.server.enqueue(json.dumps(FIRST_SUMMARY))
     final = await rig.compress()

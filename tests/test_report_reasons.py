@@ -177,3 +177,19 @@ async def test_a_replay_counts_a_compression_once_when_requests_joined_it() -> N
     assert len(series.compressions) == 1
     assert sum(e.llm_calls for e in series.compressions) == 1
     assert series.other_statuses == {"joined": 1}
+
+
+def test_meta_talk_is_a_kind_of_its_own_and_leaving_it_out_is_a_note() -> None:
+    # Issue "Weak models": an answer that only spoke of itself or to the reader.
+    reasons = [
+        "answer rejected: meta-talk: the answer spoke of itself or to the reader, not of the "
+        "conversation (2 left out)",
+        "answer cut off (finish_reason=length) and answer rejected: meta-talk: the answer "
+        "spoke of itself or to the reader, not of the conversation (1 left out)",
+        # A used answer whose meta-talk was left out: a note, not a reason.
+        "3 item(s) left out: meta-talk",
+    ]
+    assert [(k, n) for k, n, _ in fallback_kinds(reasons)] == [
+        ("rejected: meta-talk", 1),
+        ("cut off, then rejected: meta-talk", 1),
+    ]

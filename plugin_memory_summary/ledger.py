@@ -284,7 +284,8 @@ def _lookup(seq: int, tool: str, arguments: str, reply: Message, later: str) -> 
     details = [f"{k}={s}" for k, v in args.items() if (s := _show(v))]
     if not used and not any(extract_identifiers(d) for d in details):
         return None  # found nothing worth keeping and looked for nothing in particular
-    facts = [f"{label} {' '.join(values)}".strip() for label, values in used.items()]
+    # Commas between values: dates side by side with spaces read as a card number to a redactor.
+    facts = [f"{label} {', '.join(values)}".strip() for label, values in used.items()]
     return LedgerEntry(seq=seq, tool=tool, details=details, result=facts, read_only=True)
 
 
@@ -306,6 +307,8 @@ def ledger_entries(
             parts.append(call.function.arguments or "")
         said_after[i] = " ".join(p for p in parts if p)
     entries: list[LedgerEntry] = []
+    #: Whom the conversation is serving: the last party id a call named (``user_id``).
+    party = ""
     for start, end, _complete in tool_groups(chat):
         owner = chat[start]
         replies = {str(r.tool_call_id): r for r in chat[start + 1 : end]}
@@ -314,14 +317,30 @@ def ledger_entries(
             if reply is None:
                 continue
             tool, arguments = call.function.name or "unknown", call.function.arguments or ""
+            party = _party_of(arguments) or party
             seq = owner.seq or 0
             if is_read_only(tool, marks):
                 entry = _lookup(seq, tool, arguments, reply, said_after[end])
                 if entry is not None:
                     entries.append(entry)
-            else:
-                entries.append(_action(seq, tool, arguments, reply))
+                continue
+            action = _action(seq, tool, arguments, reply)
+            if not action.entity and not action.owner and party:
+                # A call that names nobody (a hand-over) was made for whom the conversation
+                # was serving.
+                action = action.model_copy(update={"owner": party})
+            entries.append(action)
     return entries
+
+
+def _party_of(arguments: str) -> str:
+    """``user mia_li_3668`` for a call whose arguments name a party by id."""
+    loaded = _load(arguments)
+    for key, value in loaded.items() if isinstance(loaded, dict) else ():
+        thing = _id_thing(key)
+        if thing and _PARTY().match(thing) and isinstance(value, str) and value.strip():
+            return f"{thing} {value.strip()}"
+    return ""
 
 
 def actions_text(messages: Sequence[Message], read_only: Iterable[str]) -> str:

@@ -157,9 +157,9 @@ def ledger_lines(entries: Sequence[LedgerEntry]) -> list[str]:
     """The ledger folded per entity, one line each, in the order each was first acted on:
     ``reservation EUJUY6 (user lucas_brown_4047): booked #12 (...); updated flights #40
     (...); cancelled #88: status=cancelled``. A call that names no entity has a line of its
-    own; the same id acted on for someone else starts a line of its own. The oldest entries,
-    when the budget binds hardest (``level`` 3), are folded by what was done instead, still
-    each with its id and seq (``_folded_lines``)."""
+    own, led by whom it was for when known; the same id acted on for someone else starts a
+    line of its own. The oldest entries, when the budget binds hardest (``level`` 3), are
+    folded by what was done instead, still each with its id and seq (``_folded_lines``)."""
     ordered = sorted(entries, key=lambda e: e.seq)
     folded = _folded_lines([e for e in ordered if e.level >= 3])
     groups: dict[tuple[str, str, int], list[LedgerEntry]] = {}
@@ -187,7 +187,7 @@ def ledger_lines(entries: Sequence[LedgerEntry]) -> list[str]:
             subject = f"{key[0]} {key[1]}".strip()
             lines.append(f"{subject}{f' ({owner})' if owner else ''}: {body}")
         else:
-            lines.append(f"{body}{f' (for {owner})' if owner else ''}")
+            lines.append(f"{owner}: {body}" if owner else body)
     return lines
 
 

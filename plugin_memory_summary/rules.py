@@ -21,6 +21,7 @@ from .excerpts import content_keys, select_excerpts, split_long
 from .fitting import apply_caps, fit_lines, fit_to_budget, render_payload, says
 from .identifiers import extract_identifiers
 from .ledger import DEFAULT_READ_ONLY_TOOLS, ledger_entries
+from .ledger_text import ledger_lines, lookup_lines
 from .patterns import lazy_regex
 from .summary_model import (
     Excerpt,
@@ -332,11 +333,14 @@ def rules_merge(
         caps,
     )
     # The record keeps a share of the budget for what the user said of themselves and the ids
-    # they gave (a booking reference, an allergy): in a tool chat the ledger would otherwise
-    # take everything, the user's own words included.
-    givers = _id_givers(
-        [*prev.excerpts, *new], frozenset(identifier_sources_by(identifier_sources, "user"))
+    # they gave that no action says (a booking reference, a path): in a tool chat the ledger
+    # would otherwise take everything, the user's own words included.
+    # An id the ledger already says (whose reservation, for which user) needs no sentence.
+    acted = "\n".join([*ledger_lines(ledger), *lookup_lines(sections.lookups)])
+    user_ids = frozenset(
+        i for i in identifier_sources_by(identifier_sources, "user") if not says(acted, i)
     )
+    givers = _id_givers([*prev.excerpts, *new], user_ids)
     bonus = functools.partial(_excerpt_bonus, givers=givers)
     precious = functools.partial(_precious, givers=givers)
     wanted = sum(count_tokens(e.text) + 4 for e in [*prev.excerpts, *new] if precious(e))
@@ -479,9 +483,12 @@ def _id_givers(
 
 
 def _precious(excerpt: Excerpt, givers: frozenset[tuple[int, int, str]]) -> bool:
-    """A sentence the record keeps a share for: the first to say an id the user gave, or what
-    the user said of themselves (``_PROFILE``)."""
-    return _excerpt_key(excerpt) in givers or bool(_PROFILE().search(excerpt.text))
+    """A sentence the record keeps a share for: the first to say an id the user gave that no
+    action says, or what the user said of themselves (``_PROFILE``) without an id."""
+    if _excerpt_key(excerpt) in givers:
+        return True
+    # "My user id is X" is a giver or said by the ledger; "I'm allergic to nuts" is a profile.
+    return bool(_PROFILE().search(excerpt.text)) and not extract_identifiers(excerpt.text)
 
 
 def _excerpt_bonus(

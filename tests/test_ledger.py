@@ -94,7 +94,9 @@ def test_the_ledger_folds_per_entity_in_words() -> None:
         "reservation EUJUY6 (user lucas_brown_4047): booked #4 (flights=HAT083 2024-05-17, "
         "payment_methods=credit_card_4959530 120): status=ok; updated flights #6 "
         "(flights=HAT150 2024-05-18): status=ok; cancelled #8: status=cancelled",
-        "transferred to human agents #10 (summary=refund question): Transfer successful",
+        # It names nobody: it was made for whom the conversation was serving.
+        "user lucas_brown_4047: transferred to human agents #10 (summary=refund question): "
+        "Transfer successful",
         "reservation ZZZ999: tried cancel_reservation #12, failed: Error: reservation ZZZ999 "
         "not found",
     ]

@@ -314,13 +314,18 @@ async def test_json_answer_is_merged_field_by_field(
     assert_no_plugin_errors(caplog)
 
 
-async def test_prose_answer_is_used_and_the_previous_identifiers_are_carried(rig: Rig) -> None:
+async def test_prose_answer_is_used_and_the_identifiers_it_says_are_kept(rig: Rig) -> None:
     first = await first_compression(rig)
     final, record, _ = await second_compression(rig, PROSE)
     assert final["status"] == "done", final
     assert "Summary: SUMMARY-PROSE" in record["text"]
     assert record["model"] == MODEL and record["fallback"] is None
-    assert set(first["payload"]["identifiers"]) <= set(record["payload"]["identifiers"])
+    # The identifiers kept are the ones an item says: the prose's, and the first record's that
+    # it still says; none is carried as a bare id.
+    kept = set(record["payload"]["identifiers"])
+    assert {USER_ID, "RSV004Q"} <= kept
+    assert all(i in record["text"] for i in kept)
+    assert {i for i in first["payload"]["identifiers"] if i in record["text"]} <= kept
     # The first answer's digest is not emptied by a plain-text one (issue 17, point 2).
     before = {e["text"] for e in first["payload"]["excerpts"]}
     after = {e["text"] for e in record["payload"]["excerpts"]}

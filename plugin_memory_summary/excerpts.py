@@ -56,6 +56,8 @@ _STOPWORDS = frozenset(
 _W_IDENTIFIER, _W_NUMBER, _W_NAME, _W_WORD, _W_HAN, _W_PAIR = 3.0, 1.5, 2.0, 1.0, 0.5, 0.3
 #: A question carries less fact than its answer.
 _QUESTION_FACTOR = 0.6
+#: A sentence that names no one and nothing, with no number or date, carries less fact.
+_SMALL_TALK_FACTOR = 0.6
 #: A sentence must add at least this much to be kept.
 _MIN_GAIN = 2.0
 
@@ -147,6 +149,16 @@ def _buckets(pool: Sequence[Excerpt], limit: int) -> list[int]:
     return [index[m] // size for m in marks]
 
 
+def _factor(text: str) -> float:
+    """How much of a sentence's words count as fact: a question's less (its answer carries the
+    fact), and a sentence with no name, number or identifier (small talk: "it's like hitting
+    the reset button") less than one that says who, what or when."""
+    factor = _QUESTION_FACTOR if text.rstrip().endswith(("?", "？")) else 1.0
+    if not any(w >= _W_NUMBER for w in content_keys(text).values()):
+        factor *= _SMALL_TALK_FACTOR
+    return factor
+
+
 def select_excerpts(
     previous: Sequence[Excerpt],
     new: Sequence[Excerpt],
@@ -175,7 +187,7 @@ def select_excerpts(
             excerpt=e,
             keys=content_keys(e.text),
             cost=count_tokens(e.text) + (count_tokens(e.speaker) if e.speaker else 0) + 2,
-            factor=_QUESTION_FACTOR if e.text.rstrip().endswith(("?", "？")) else 1.0,
+            factor=_factor(e.text),
             bonus=bonus(e),
             bucket=b,
         )

@@ -118,6 +118,9 @@ def _rank_identifiers(
 _REFILLS = 2
 _REFILL_MIN = 24
 
+#: How the record names an agent's user (``_speaker``).
+_USER_LABELS = frozenset({"User", "用户"})
+
 #: Share of the budget the record (the sentences kept verbatim) keeps while it has sentences.
 _RECORD_SHARE = 0.25
 
@@ -484,9 +487,13 @@ def _id_givers(
 
 def _precious(excerpt: Excerpt, givers: frozenset[tuple[int, int, str]]) -> bool:
     """A sentence the record keeps a share for: the first to say an id the user gave that no
-    action says, or what the user said of themselves (``_PROFILE``) without an id."""
+    action says, or what an agent's user said of themselves (``_PROFILE``) without an id. In a
+    conversation between named people (both speakers named, as in LoCoMo) every speaker's
+    sentences compete alike."""
     if _excerpt_key(excerpt) in givers:
         return True
+    if excerpt.speaker not in _USER_LABELS:
+        return False
     # "My user id is X" is a giver or said by the ledger; "I'm allergic to nuts" is a profile.
     return bool(_PROFILE().search(excerpt.text)) and not extract_identifiers(excerpt.text)
 

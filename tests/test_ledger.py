@@ -237,7 +237,7 @@ def with_whole_records(messages: list[Message]) -> list[Message]:
 
 async def test_a_model_answer_that_drops_the_ledger_gets_it_back() -> None:
     # The model writes prose and forgets every action; the code keeps the ledger.
-    answer = json.dumps({"summary": "Lucas planned a trip to Boston and changed his mind."})
+    answer = json.dumps({"summary": "The user wants to fly to Boston."})
     outcome = await summarize_batches(
         None,
         [with_whole_records(airline())],
@@ -251,6 +251,6 @@ async def test_a_model_answer_that_drops_the_ledger_gets_it_back() -> None:
     )
     assert outcome.model_batches == 1
     text = render_payload(outcome.payload)
-    assert "Lucas planned a trip to Boston" in text
+    assert "The user wants to fly to Boston" in text
     assert "reservation EUJUY6 (user lucas_brown_4047): booked #4" in text
     assert "cancelled #8: status=cancelled" in text

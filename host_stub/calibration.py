@@ -7,16 +7,36 @@ count of the same request and keeps, per model, a bounded and smoothed ratio. Th
 model's window (and the reply reserve) by it, so the usage ratio it reports in ``token:usage``, the
 watermark the plugin compares with its thresholds, is the provider's usage, in the host's tokens.
 
+Two guards keep a server's usage report from wrecking the budgets (a server that always says
+``prompt_tokens=100``, or one that counts only the part of the prompt its cache did not hold):
+
+* a report far from the host's own count (a ratio outside :data:`PLAUSIBLE_LOW` to
+  :data:`PLAUSIBLE_HIGH`) is not the same prompt counted by another tokenizer: it is ignored,
+  with one warning per model;
+* the ratio applied to the window (:func:`applied_ratio`) is never under 1: calibration may only
+  make the host count more conservatively than its own tokenizer, so by that tokenizer no prompt
+  built to fit the calibrated window passes the configured one.
+
 Everything here is pure and synchronous; :class:`Calibration` is safe to share between threads.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Calibration", "ModelCalibration", "calibrated_window", "next_ratio"]
+__all__ = [
+    "Calibration",
+    "ModelCalibration",
+    "applied_ratio",
+    "calibrated_window",
+    "next_ratio",
+    "plausible",
+]
+
+log = logging.getLogger(__name__)
 
 #: A ratio outside these bounds is clamped to them: a provider that counts half or twice as many
 #: tokens as tiktoken is already far off, and one bad usage report must not wreck the budgets.
@@ -28,6 +48,22 @@ ALPHA = 0.5
 #: Prompts the host counted under this many tokens say more about the chat template than about
 #: the tokenizer: they are not used.
 MIN_TOKENS = 32
+#: Reported / counted ratios outside these bounds are not another tokenizer's count of the same
+#: prompt (tokenizers differ by tens of percent, not by halves): such a report is ignored.
+PLAUSIBLE_LOW = 0.7
+PLAUSIBLE_HIGH = 1.5
+
+
+def plausible(observed: float) -> bool:
+    """Whether ``reported / counted`` can be another tokenizer's count of the same prompt."""
+    return PLAUSIBLE_LOW <= observed <= PLAUSIBLE_HIGH
+
+
+def applied_ratio(ratio: float) -> float:
+    """The ratio the window and the reply reserve are divided by: ``ratio``, but never under 1 (a
+    provider that counts fewer tokens than the host never makes the host fill more than the
+    configured window by its own count)."""
+    return max(1.0, ratio)
 
 
 def next_ratio(
@@ -72,18 +108,25 @@ class ModelCalibration:
 class Calibration:
     """Per-model ratios of provider-reported prompt tokens to host-counted ones."""
 
-    def __init__(self, *, min_tokens: int = MIN_TOKENS) -> None:
+    def __init__(self, *, min_tokens: int = MIN_TOKENS, warned: set[str] | None = None) -> None:
         self.min_tokens = min_tokens
         self._models: dict[str, ModelCalibration] = {}
         self._lock = threading.Lock()
+        #: Models whose implausible report was already warned about (a set shared with another
+        #: :class:`Calibration` fed by the same server says it once for both).
+        self.warned = warned if warned is not None else set()
 
     def observe(self, model: str, counted: int, reported: int) -> ModelCalibration | None:
         """Feed one call: the host's count of the request and the provider's ``prompt_tokens``.
-        Returns the new state, or ``None`` when the call is not used (too small a prompt, or no
-        usage)."""
+        Returns the new state, or ``None`` when the call is not used (too small a prompt, no
+        usage, or a report too far from the host's count to be the same prompt: see
+        :func:`plausible`; the first one of a model is warned about)."""
         if counted < self.min_tokens or reported <= 0:
             return None
         observed = reported / counted
+        if not plausible(observed):
+            self._implausible(model, counted, reported)
+            return None
         with self._lock:
             old = self._models.get(model, ModelCalibration())
             new = ModelCalibration(
@@ -93,6 +136,23 @@ class Calibration:
             )
             self._models[model] = new
         return new
+
+    def _implausible(self, model: str, counted: int, reported: int) -> None:
+        with self._lock:
+            if model in self.warned:
+                return
+            self.warned.add(model)
+        log.warning(
+            "model %r: the server reported prompt_tokens=%d for a prompt of %d tokens (the "
+            "host's count): an implausible ratio of %.2f (outside %.1f-%.1f), ignored; such "
+            "reports do not calibrate the token counts",
+            model,
+            reported,
+            counted,
+            reported / counted,
+            PLAUSIBLE_LOW,
+            PLAUSIBLE_HIGH,
+        )
 
     def ratio(self, model: str | None) -> float:
         """Provider tokens per host token for ``model`` (1.0 until a call has reported usage)."""

@@ -17,7 +17,7 @@ import pluggy
 
 from . import signals
 from .bus import EventBus, await_me_maybe
-from .calibration import Calibration, calibrated_window
+from .calibration import Calibration, applied_ratio, calibrated_window
 from .checks import check_message, cut_to_limit
 from .config import ConfigError, HostConfig
 from .counting import PromptCounts
@@ -47,6 +47,11 @@ _T = TypeVar("_T")
 #: True in the task that builds a session's next prompt in the background after an archive
 #: (see ``Host._archived``): work done there is not part of any turn.
 WARMING_UP: ContextVar[bool] = ContextVar("warming_up", default=False)
+
+
+class NoModelConfigured(RuntimeError):
+    """A turn that needs a model, on a host that has none (its own LLM service, no model set)."""
+
 
 #: Used to size the window and count tokens when the host has no chat model (replay only).
 REPLAY_MODEL = "gpt-4o-mini"
@@ -165,6 +170,8 @@ class Host:
         plugins."""
         pm, loaded = get_plugin_manager(self.config, self._extra_plugins)
         configs = {name: plugin_config(pm, item, self.config) for name, item in loaded.items()}
+        #: The host made its own LLM service (none was passed): a turn needs a configured model.
+        self._own_llm = self._llm is None
         if self._llm is None:
             from .llm import LiteLLMService
 
@@ -196,6 +203,9 @@ class Host:
                         await store.close()
                 raise
         await self._resolve_window()
+        service = getattr(self._llm, "calibration", None)
+        if isinstance(service, Calibration):  # one warning per model for both, not one each
+            self.calibration.warned = service.warned
         self._writes = WriteCounter(self.memory, self._archived)
         self.message_archive = MemoryMessageArchive(self.memory)
         self.pm = pm
@@ -308,17 +318,20 @@ class Host:
         return self.count_text(json.dumps(defs)) if defs else 0
 
     def token_ratio(self) -> float:
-        """Provider tokens per host-counted token for the chat model (1.0 with
-        ``calibrate_tokens = false``): from the agent loop's own calls once one reported its
-        usage, before that from any call the LLM service made to the model (a summarizer's),
-        else 1.0."""
+        """Provider tokens per host-counted token for the chat model, as the window and the
+        reply reserve are divided by it (1.0 with ``calibrate_tokens = false``): from the agent
+        loop's own calls once one reported its usage, before that from any call the LLM service
+        made to the model (a summarizer's), else 1.0. Never under 1
+        (:func:`~host_stub.calibration.applied_ratio`): a provider that reports fewer tokens
+        than the host counts never makes a prompt pass the window by the host's own count."""
         if not self.config.host.calibrate_tokens:
             return 1.0
         own = self.calibration.get(self.model)
         if own is not None:
-            return own.ratio
+            return applied_ratio(own.ratio)
         service = getattr(self.llm, "calibration", None)
-        return service.ratio(self.model) if isinstance(service, Calibration) else 1.0
+        measured = service.ratio(self.model) if isinstance(service, Calibration) else 1.0
+        return applied_ratio(measured)
 
     def calibration_report(self) -> dict[str, Any]:
         """What calibrated the watermark: the ratio in use for the chat model, the agent loop's
@@ -694,6 +707,11 @@ class Host:
         stream: bool,
         on_delta: Callable[[str], Any] | None,
     ) -> None:
+        if self._own_llm and not self.config.host.model:
+            raise NoModelConfigured(
+                "no model configured: set one under [host] model in the host config (or pass "
+                "--model), with api_base for an OpenAI-compatible server"
+            )
         defs = self.tools.definitions() or None
         iterations = self.config.host.max_tool_iterations
         for iteration in range(iterations):

@@ -30,6 +30,7 @@ from .record import SummaryRecord, build_record, dump_record, read_record
 from .redact import Redactor
 from .results import LOST_RACE, Result, Status, result
 from .scheduler import SummarizerSlot
+from .speed import BUSY, GAVE_UP, ModelBusy, SummarizerCalls
 from .state import SessionState, SessionTable
 from .tokens import TokenBook
 
@@ -270,19 +271,34 @@ class Pipeline:
         slot: SummarizerSlot | None,
         pause: Callable[[], Awaitable[object]] | None = None,
     ) -> SummarizeOutcome:
-        """Step 2: fold the planned batches into the previous summary (under a slot)."""
+        """Step 2: fold the planned batches into the previous summary (under a slot).
+
+        The summarizer is called through :class:`~.speed.SummarizerCalls`: a model not known to
+        answer in time takes one run's calls at a time, and none while its server is taken to be
+        busy with a call given up on. A run waits for that at most ``summary_timeout_s`` (a
+        blocking one, half of what is left of its deadline), else the rules engine does its
+        work; after a call given up on, the rules engine merges the rest of the run."""
         from .summarize import summarize_batches
 
         lang = run.lang = self.language(conversation_messages(run.snap.messages))
         model = self.tokens.summary_model()
+        book = self.tokens.speed
+        timeout_s = self.config.summary_timeout_s
+        speed = book.for_run(deadline)
+        calls = SummarizerCalls(self.llm, speed, self.tokens.count)
         if slot is not None:
             await slot.acquire()
         try:
+            use = model
+            if model is not None:
+                wait = timeout_s if deadline is None else (deadline - time.monotonic()) / 2
+                if not await book.take_turn(model, speed, max(0.0, wait)):
+                    use = None  # the rules engine, now, instead of a call that would pile up
             outcome = await summarize_batches(
                 run.record.payload if run.record else None,
                 run.batches,
-                llm=self.llm,
-                model=model,
+                llm=calls,
+                model=use,
                 config=self.config,
                 budget=run.budget,
                 lang=lang,
@@ -290,12 +306,26 @@ class Pipeline:
                 count_tokens=self.tokens.count,
                 deadline=deadline,
                 text_budget=run.budget - self.tokens.framing_tokens(lang),
-                speed=self.tokens.speed,
+                speed=speed,
                 pause=pause,
             )
         finally:
+            if model is not None:
+                book.release_turn(model, speed)
             if slot is not None:
                 slot.release()
+        if model is not None and use is None:
+            outcome.fallback = "rules"
+            outcome.notes.append(BUSY)
+        elif calls.refused:
+            # Calls not sent are not calls, and their reason is said once (the run's errors keep
+            # the timeout that made it give up on the model).
+            refused = f"{ModelBusy.__name__}: "
+            outcome.llm_calls -= calls.refused
+            outcome.errors = [e for e in outcome.errors if not e.startswith(refused)]
+            note = speed.gave_up or GAVE_UP
+            if note not in outcome.notes:
+                outcome.notes.append(note)
         engine = "llm" if model and not outcome.fallback else "rules"
         run.stats.update(model=model, engine=engine, cost=outcome.cost, fallback=outcome.fallback)
         run.stats.update(llm_calls=outcome.llm_calls, answers_used=outcome.model_batches)

@@ -12,26 +12,48 @@ digests a small part, sized to end well within the timeout at that speed, and me
 
 A call that timed out is a lower bound: it is kept as a sample that took :data:`TIMEOUT_FACTOR`
 times the timeout, so the next calls are asked for less; and the server, which does not know the
-client gave up, is taken to be busy with it for the time the model says it still needed.
+client gave up, is taken to be busy with it for the time the model says it still needed (as long
+again as it was given, when the speed is unknown), twice that after two calls in a row were given
+up on, up to :data:`MAX_BUSY_FACTOR` times.
 
-Everything here is pure; :class:`SpeedBook` holds the samples per model.
+A call given up on is one the server still works on, whichever path gave up on it (a background
+compression's timeout, a blocking one's deadline, a cancelled run): :class:`SummarizerCalls`
+wraps the LLM service for one compression run and records every such call in the model's
+:class:`SpeedBook`, shared by every session of the process. While the server is taken to be busy
+with it no new call goes out: a run waits for it (:meth:`SpeedBook.take_turn`) or the rules engine
+does the work. A model not yet known to answer in time (no call ended yet, or one timed out among
+its recent calls) takes one run's calls at a time, so at most one call given up on is
+outstanding; and a run gives up on the model after its first call given up on (the rules engine
+merges the rest), so a compression ends within about twice ``summary_timeout_s``.
+
+The speed model is pure; :class:`SpeedBook` holds the samples and the server's state per model.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from host_stub.messages import Message, text_of
+from host_stub.services import Completion, LLMService
 
 __all__ = [
+    "MAX_BUSY_FACTOR",
     "UNKNOWN_OVERHEAD_TOKENS",
     "UNKNOWN_SPEED",
     "CallLimits",
+    "ModelBusy",
+    "RunSpeed",
     "Sample",
     "Speed",
     "SpeedBook",
+    "SummarizerCalls",
     "busy_after_timeout",
+    "busy_factor",
     "call_limits",
     "fit_speed",
     "timeout_reason",
@@ -54,6 +76,10 @@ KEEP = 8
 #: not worth a call (and the timeout warning says which setting to raise).
 MIN_BATCH_TOKENS = 200
 MIN_ANSWER_TOKENS = 64
+#: Calls given up on in a row multiply the time the server is taken to stay busy with the last
+#: one (1, 2, 4 ... times), up to this factor: a server that never catches up is left alone for
+#: longer and longer, and the rules engine does the work meanwhile.
+MAX_BUSY_FACTOR = 4.0
 
 
 @dataclass(frozen=True)
@@ -178,10 +204,17 @@ def busy_after_timeout(
     speed: Speed | None, *, prompt_tokens: int, max_tokens: int, timeout_s: float
 ) -> float:
     """Seconds the server is taken to go on with a request the client gave up on at
-    ``timeout_s``: what the model still needed for it at ``speed`` (the whole answer written),
-    at least a quarter and at most twice the timeout."""
-    needed = speed.seconds(prompt_tokens, max_tokens) if speed is not None else timeout_s
+    ``timeout_s``: what the model still needed for it at ``speed`` (the whole answer written;
+    a model of unknown speed: as long again as the timeout), at least a quarter and at most
+    twice the timeout."""
+    needed = speed.seconds(prompt_tokens, max_tokens) if speed is not None else 2 * timeout_s
     return min(2 * timeout_s, max(0.25 * timeout_s, needed - timeout_s))
+
+
+def busy_factor(streak: int) -> float:
+    """How much longer the server is taken to stay busy after the ``streak``-th call in a row
+    given up on: 1, 2, 4 ... up to :data:`MAX_BUSY_FACTOR`."""
+    return min(MAX_BUSY_FACTOR, 2.0 ** max(0, streak - 1))
 
 
 def timeout_reason(timeout_s: float, speed: Speed | None) -> str:
@@ -200,17 +233,36 @@ def timeout_reason(timeout_s: float, speed: Speed | None) -> str:
     )
 
 
+class ModelBusy(RuntimeError):  # noqa: N818 - the summarizer's error names the class
+    """A summarizer call that was not sent: the server is taken to be still busy with a call
+    given up on, or the run already gave up on the model (the rules engine does the part)."""
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    return isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower()
+
+
 class SpeedBook:
-    """The newest samples per model, and until when its server is busy with an abandoned call."""
+    """The newest samples per model, until when its server is busy with a call given up on, how
+    many calls in a row were given up on, and which run's calls it takes while it is not known to
+    answer in time (see :meth:`take_turn`). One per plugin: shared by every session."""
 
     def __init__(self, keep: int = KEEP, min_seconds: float = MIN_SAMPLE_S) -> None:
         self._samples: dict[str, deque[Sample]] = {}
         self._busy_until: dict[str, float] = {}
+        #: Calls given up on in a row, per model (a call that ended resets it).
+        self._streak: dict[str, int] = {}
+        #: The run whose calls a model takes now (see :meth:`take_turn`), and what wakes the
+        #: runs waiting for it.
+        self._holders: dict[str, object] = {}
+        self._released: dict[str, asyncio.Event] = {}
         self.keep = keep
         self.min_seconds = min_seconds
 
     def observe(self, model: str, sample: Sample) -> Speed | None:
         self._samples.setdefault(model, deque(maxlen=self.keep)).append(sample)
+        if not sample.timed_out:
+            self._streak.pop(model, None)
         return self.speed(model)
 
     def speed(self, model: str) -> Speed | None:
@@ -221,14 +273,50 @@ class SpeedBook:
     ) -> float:
         """Record a call abandoned after ``sample.seconds``; returns how long its server is taken
         to stay busy with it."""
+        self._streak[model] = self._streak.get(model, 0) + 1
+        return self._busy_after(model, sample, max_tokens, now)
+
+    def _busy_after(
+        self, model: str, sample: Sample, max_tokens: int, now: float | None = None
+    ) -> float:
+        """Record the timed-out ``sample``; the server is busy with it for what the model still
+        needed, times :func:`busy_factor` of the calls given up on in a row (never less than
+        what an earlier call given up on left)."""
         speed = self.observe(model, sample)
         busy = busy_after_timeout(
             speed,
             prompt_tokens=sample.prompt_tokens,
             max_tokens=max_tokens,
             timeout_s=sample.seconds,
-        )
-        self._busy_until[model] = (time.monotonic() if now is None else now) + busy
+        ) * busy_factor(self._streak.get(model, 1))
+        self._busy(model, busy, now)
+        return busy
+
+    def _busy(self, model: str, seconds: float, now: float | None = None) -> None:
+        until = (time.monotonic() if now is None else now) + seconds
+        self._busy_until[model] = max(self._busy_until.get(model, 0.0), until)
+
+    def abandoned(
+        self,
+        model: str,
+        *,
+        waited_s: float,
+        prompt_tokens: int,
+        max_tokens: int,
+        now: float | None = None,
+    ) -> float:
+        """A call given up on after ``waited_s`` (its timeout, or a deadline or a cancellation
+        that came first): the server is taken to be busy with it for what the model still needed
+        (:func:`busy_after_timeout`, on the time it was given), times :func:`busy_factor`.
+        Returns the seconds."""
+        self._streak[model] = self._streak.get(model, 0) + 1
+        busy = busy_after_timeout(
+            self.speed(model),
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            timeout_s=waited_s,
+        ) * busy_factor(self._streak[model])
+        self._busy(model, busy, now)
         return busy
 
     def limits(self, model: str, *, timeout_s: float, max_tokens: int) -> CallLimits | None:
@@ -255,3 +343,200 @@ class SpeedBook:
         """Seconds until the server is free of an abandoned call (0 when it is)."""
         until = self._busy_until.get(model, 0.0)
         return max(0.0, until - (time.monotonic() if now is None else now))
+
+    # -- one run's calls at a time ---------------------------------------------------------------
+    def proven(self, model: str) -> bool:
+        """Whether ``model`` answers in time: some of its calls ended and none of its recent
+        ones was given up on. Such a model takes calls from any number of runs at once."""
+        samples = self._samples.get(model, ())
+        return (
+            bool(samples)
+            and not any(s.timed_out for s in samples)
+            and not self._streak.get(model)
+            and self.busy_for(model) <= 0
+        )
+
+    def holder(self, model: str) -> object | None:
+        return self._holders.get(model)
+
+    async def take_turn(self, model: str, run: object, wait_s: float) -> bool:
+        """Let ``run`` call ``model``: at once for a model that answers in time
+        (:meth:`proven`); otherwise once no other run holds the model and its server is free of
+        any call given up on, waiting at most ``wait_s`` seconds (not at all for a server busy
+        past that). Whether ``run`` may call it; a turn taken is given back with
+        :meth:`release_turn`."""
+        end = time.monotonic() + wait_s
+        while True:
+            if self.proven(model) or self._holders.get(model) is run:
+                return True
+            busy = self.busy_for(model)
+            if model not in self._holders and busy <= 0:
+                self._holders[model] = run
+                return True
+            left = end - time.monotonic()
+            if left <= 0 or busy > left:
+                return False
+            if model not in self._holders:
+                await asyncio.sleep(busy)  # free then, unless another call is given up on
+                continue
+            released = self._released.setdefault(model, asyncio.Event())
+            try:
+                await asyncio.wait_for(released.wait(), left)
+            except TimeoutError:
+                return False
+
+    def try_turn(self, model: str, run: object) -> bool:
+        """:meth:`take_turn` without waiting."""
+        if self.proven(model) or self._holders.get(model) is run:
+            return True
+        if model in self._holders or self.busy_for(model) > 0:
+            return False
+        self._holders[model] = run
+        return True
+
+    def release_turn(self, model: str, run: object) -> None:
+        """``run`` is done calling ``model`` (nothing when it held no turn)."""
+        if self._holders.get(model) is run:
+            del self._holders[model]
+            released = self._released.pop(model, None)
+            if released is not None:
+                released.set()
+
+    def for_run(self, deadline: float | None = None) -> RunSpeed:
+        """A view of this book for one compression run (see :class:`RunSpeed`)."""
+        return RunSpeed(self, deadline=deadline)
+
+
+class RunSpeed(SpeedBook):
+    """One compression run's view of a :class:`SpeedBook`: the same samples and server state
+    (every update goes to the book), and what the run did. Once the run gave up on the model
+    (:attr:`gave_up`), or its deadline passed, a batch is no longer cut for the model's speed
+    and nothing is waited for: the rules engine merges what is left."""
+
+    def __init__(self, book: SpeedBook, *, deadline: float | None) -> None:
+        self.book = book
+        self.deadline = deadline
+        #: Why the run stopped calling the model (``None`` while it has not).
+        self.gave_up: str | None = None
+        #: The run's call given up on whose timeout the summarizer is about to report: it is
+        #: already counted (see :meth:`timed_out`).
+        self.reported = False
+        self.keep = book.keep
+        self.min_seconds = book.min_seconds
+        self._samples = book._samples
+        self._busy_until = book._busy_until
+        self._streak = book._streak
+        self._holders = book._holders
+        self._released = book._released
+
+    def timed_out(
+        self, model: str, sample: Sample, max_tokens: int, now: float | None = None
+    ) -> float:
+        if self.reported:  # SummarizerCalls counted this call when it was given up on
+            self.reported = False
+            return self._busy_after(model, sample, max_tokens, now)
+        return super().timed_out(model, sample, max_tokens, now)
+
+    def busy_for(self, model: str, now: float | None = None) -> float:
+        if self.gave_up is not None:
+            return 0.0  # no wait: the call is not sent (SummarizerCalls)
+        return super().busy_for(model, now)
+
+    def limits(self, model: str, *, timeout_s: float, max_tokens: int) -> CallLimits | None:
+        if self.gave_up is not None or (
+            self.deadline is not None and self.deadline - time.monotonic() <= 0.05
+        ):
+            return None  # the rules engine merges the rest: no call to size
+        return super().limits(model, timeout_s=timeout_s, max_tokens=max_tokens)
+
+
+#: The reasons a run stops calling the model.
+GAVE_UP = "the summarizer's call was given up on: the rules engine merged the rest of the run"
+BUSY = (
+    "the summarizer was busy (with another compression's calls, or one given up on that its "
+    "server still works on): the rules engine merged the part"
+)
+
+
+class SummarizerCalls:
+    """The LLM service as one compression run calls it (any :class:`LLMService`): a call is sent
+    only while the run may call the model (its turn, see :meth:`SpeedBook.take_turn`), its
+    server is not busy with a call given up on, and the run did not give up on the model;
+    otherwise it raises :class:`ModelBusy` at once. A call given up on (a timeout, or the
+    run's deadline or cancellation that came first) is recorded in the book
+    (:meth:`SpeedBook.abandoned`) and ends the run's use of the model."""
+
+    def __init__(self, llm: LLMService, run: RunSpeed, count_tokens: Callable[[str], int]) -> None:
+        self._llm = llm
+        self.default_model = llm.default_model
+        self.run = run
+        self._count = count_tokens
+        #: Calls not sent (:class:`ModelBusy`).
+        self.refused = 0
+
+    def context_window(self, model: str | None = None) -> int:
+        return self._llm.context_window(model)
+
+    def max_output_tokens(self, model: str | None = None) -> int:
+        return self._llm.max_output_tokens(model)
+
+    def count_tokens(
+        self, messages_or_text: str | Sequence[Message | dict[str, Any]], model: str | None = None
+    ) -> int:
+        return self._llm.count_tokens(messages_or_text, model)
+
+    def _refuse(self, why: str) -> ModelBusy:
+        self.refused += 1
+        if self.run.gave_up is None:
+            self.run.gave_up = why
+        return ModelBusy(self.run.gave_up)
+
+    async def complete(
+        self,
+        messages: Sequence[Message | dict[str, Any]],
+        model: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        timeout: float | None = None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> Completion:
+        name = model or self._llm.default_model or ""
+        run, book = self.run, self.run.book
+        if run.gave_up is not None:
+            raise self._refuse(run.gave_up)
+        if book.busy_for(name) > 0 or not book.try_turn(name, run):
+            raise self._refuse(BUSY)
+        started = time.monotonic()
+        try:
+            return await self._llm.complete(
+                messages,
+                model=model,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                timeout=timeout,
+                tools=tools,
+            )
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError) or _is_timeout(exc):
+                self._abandoned(name, messages, max_tokens, time.monotonic() - started)
+            raise
+
+    def _abandoned(
+        self,
+        model: str,
+        messages: Sequence[Message | dict[str, Any]],
+        max_tokens: int | None,
+        waited: float,
+    ) -> None:
+        prompt = sum(
+            self._count(text_of(m.content if isinstance(m, Message) else m.get("content")))
+            for m in messages
+        )
+        self.run.book.abandoned(
+            model,
+            waited_s=waited,
+            prompt_tokens=prompt,
+            max_tokens=max_tokens or 0,
+        )
+        self.run.gave_up = GAVE_UP
+        self.run.reported = True

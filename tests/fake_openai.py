@@ -17,6 +17,11 @@ callable receiving the parsed request body and returning any of those. A request
 
 ``stop()`` (or leaving the ``with`` block) wakes every hanging reply, shuts the server down, closes
 its socket and joins every thread it started.
+
+The server counts the requests it is serving: :attr:`FakeOpenAIServer.in_flight` now,
+:attr:`FakeOpenAIServer.peak_in_flight` at most, and :attr:`FakeOpenAIServer.spans` (when each
+one arrived and was done with). A request the client gave up on still counts until its reply is
+over (a ``hang`` or a ``slow`` reply goes on, as a real server that does not notice does).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ _PATHS = ("/v1/chat/completions", "/chat/completions")
 class Reply:
     """One scripted reply. Build it with the class methods."""
 
-    kind: str = "text"  # text | error | hang | garbage | raw
+    kind: str = "text"  # text | error | hang | garbage | raw | slow
     content: str | None = ""
     finish_reason: str = "stop"
     calls: list[dict[str, Any]] | None = None  # tool calls (the constructor is ``tool_calls``)
@@ -132,6 +137,13 @@ class Reply:
         return cls(kind="hang", seconds=seconds)
 
     @classmethod
+    def slow(cls, reply: Any, seconds: float) -> Reply:
+        """``reply`` (a :class:`Reply` or a text), sent after ``seconds`` of work (cut short only
+        when the server stops): the server goes on with it even if the client gave up."""
+        inner = reply if isinstance(reply, Reply) else cls.text(reply)
+        return cls(kind="slow", body=inner, seconds=seconds)
+
+    @classmethod
     def garbage(
         cls, body: bytes | str = b"<html>this is not json</html>", status: int = 200
     ) -> Reply:
@@ -168,6 +180,11 @@ class _State:
     #: What ``GET /props`` (llama.cpp) and ``GET /v1/models`` (vLLM) report as the window.
     n_ctx: int | None = None
     max_model_len: int | None = None
+    #: Requests being served now, the most served at once, and (arrival, done) of each one
+    #: (``done`` is ``None`` while it is served), on ``time.monotonic``.
+    in_flight: int = 0
+    peak_in_flight: int = 0
+    spans: list[list[float | None]] = field(default_factory=list)
 
 
 def _estimate_tokens(text: str) -> int:
@@ -232,6 +249,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = raw.decode("utf-8", "replace")
         state = self.state
+        span: list[float | None] = [time.monotonic(), None]
         with state.lock:
             state.requests.append(body)
             state.recorded.append(
@@ -240,6 +258,9 @@ class _Handler(BaseHTTPRequestHandler):
             reply = state.queue.popleft() if state.queue else state.default
             state.counter += 1
             n = state.counter
+            state.in_flight += 1
+            state.peak_in_flight = max(state.peak_in_flight, state.in_flight)
+            state.spans.append(span)
         try:
             if callable(reply) and not isinstance(reply, Reply):
                 reply = reply(body)
@@ -252,6 +273,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(
                 599, {"error": {"message": f"fake server script error: {exc!r}", "type": "fake"}}
             )
+        finally:
+            with state.lock:
+                state.in_flight -= 1
+                span[1] = time.monotonic()
 
     # -- replies ------------------------------------------------------------------------------
     def _reply(self, reply: Any, body: Any, n: int) -> None:
@@ -262,6 +287,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(reply, Reply):
             raise TypeError(f"unsupported scripted reply: {reply!r}")
         stream = isinstance(body, dict) and bool(body.get("stream"))
+        if reply.kind == "slow":
+            self.state.stopping.wait(reply.seconds)
+            reply = reply.body
         if reply.kind == "hang":
             self.state.stopping.wait(reply.seconds)
             self.close_connection = True
@@ -525,3 +553,22 @@ class FakeOpenAIServer:
     def request_paths(self) -> list[str]:
         with self._state.lock:
             return [r.path for r in self._state.recorded]
+
+    @property
+    def in_flight(self) -> int:
+        """Requests being served now (one the client gave up on counts until its reply ends)."""
+        with self._state.lock:
+            return self._state.in_flight
+
+    @property
+    def peak_in_flight(self) -> int:
+        """The most requests served at once so far."""
+        with self._state.lock:
+            return self._state.peak_in_flight
+
+    @property
+    def spans(self) -> list[tuple[float, float | None]]:
+        """``(arrived, done)`` of each request, in arrival order (``time.monotonic``; ``done``
+        is ``None`` while it is served)."""
+        with self._state.lock:
+            return [(float(a or 0.0), b) for a, b in self._state.spans]

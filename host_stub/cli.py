@@ -17,6 +17,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -30,7 +31,6 @@ from .chat import (
     ModelUnusable,
     TurnErrorsShownByChat,
     chat_loop,
-    one_line,
     search_line,
 )
 from .checks import MessageRejected
@@ -69,6 +69,49 @@ class UserError(click.ClickException):
 
     def show(self, file: Any = None) -> None:
         click.echo(f"host-stub: error: {self.message}", err=True)
+
+
+#: Said after "no such store: ..." by every command that only works on what exists.
+CREATED_BY = "(replay, demo or chat create one)"
+
+
+def _store_not_found(exc: BaseException) -> bool:
+    """Whether ``exc`` is the memory backends' ``StoreNotFound`` (a store a command that makes
+    none did not find); their module is not imported for the check (the CLI starts without it)."""
+    common = sys.modules.get("host_stub.memory.common")
+    return common is not None and isinstance(exc, common.StoreNotFound)
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output is a pipe whose reader is gone (``host-stub ... | head -1``): a
+    ``BrokenPipeError`` then is no error to report (click ends the command quietly, exit code 1),
+    unlike one from a store's connection."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):
+        return False
+    import select
+
+    if not hasattr(select, "poll"):  # pragma: no cover - not on Linux or macOS
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def user_error(exc: BaseException) -> UserError | None:
+    """The one line a user mistake or an unreachable store gets; ``None`` for anything else
+    (a bug: its traceback is wanted), and for a closed standard output (nothing to say)."""
+    if isinstance(exc, UserError):
+        return exc
+    if _store_not_found(exc):
+        return UserError(f"{exc} {CREATED_BY}")
+    if isinstance(exc, BrokenPipeError) and _stdout_closed():
+        return None
+    if isinstance(exc, USER_ERRORS):
+        message = str(exc)
+        return UserError(" ".join(message.split()) if "\n" in message else message)
+    return None
 
 
 def _set(key: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
@@ -194,7 +237,7 @@ def store_problem(url: str) -> str | None:
     if path is None or str(path) == ":memory:":
         return None
     if not path.exists():
-        return f"no such store: {url} (replay, demo or chat create one)"
+        return f"no such store: {url} {CREATED_BY}"
     if path.is_dir():
         return f"{url}: is a directory, not a SQLite file"
     return None
@@ -205,20 +248,41 @@ async def open_host(
     ctx: click.Context, *, config: HostConfig | None = None, create: bool = False, **kwargs: Any
 ) -> AsyncIterator[Host]:
     """The host a command runs against; config errors become one-line user errors. Unless
-    ``create``, a store that does not exist is an error, not an empty new one."""
+    ``create``, a store that does not exist is an error, not an empty new one: the store is
+    opened so as to make nothing (no file, folder, schema or table)."""
+    opened: Any = None  # the store opened here (Host closes it at stop, not after a failed start)
     try:
         config = config or host_config(ctx)
         if "memory" not in kwargs:
             _check_memory_url(config.host.memory, memory_origin(ctx, config))
             _check_plugins(config)  # a config error first, and before any store is touched
-            if not create and (problem := store_problem(config.host.memory)):
-                raise UserError(problem)
+            if not create:
+                if problem := store_problem(config.host.memory):
+                    raise UserError(problem)
+                from .memory import open_memory
+
+                counter: list[Callable[[Any], int]] = []  # the host's, once the host is made
+                opened = open_memory(
+                    config.host.memory, lambda message: counter[0](message), create=False
+                )
+                kwargs["memory"] = opened
         if config.host.api_base and not config.host.api_key:
             _check_models(config, chat=False)  # a local server needs no key (see NO_KEY)
         host = Host(config, **kwargs)
-        await host.start()
-    except USER_ERRORS as exc:
-        raise UserError(str(exc)) from None
+        if opened is not None:
+            counter.append(host.counts.message)
+        try:
+            await host.start()
+        except BaseException:
+            if opened is not None:
+                with contextlib.suppress(Exception):
+                    await opened.close()
+            raise
+    except Exception as exc:
+        error = user_error(exc)
+        if error is None:
+            raise
+        raise error from None
     try:
         yield host
     finally:
@@ -226,17 +290,46 @@ async def open_host(
 
 
 def run_async(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a command's coroutine; a user mistake or an unreachable store raised in it becomes
+    one line (:func:`user_error`)."""
+
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return asyncio.run(func(*args, **kwargs))
-        except USER_ERRORS as exc:
-            raise UserError(str(exc)) from None
+        except Exception as exc:
+            error = user_error(exc)
+            if error is None:
+                raise
+            raise error from None
 
     return wrapper
 
 
+def _show_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
+    """``--version``: the version of the installed distribution that ships this package."""
+    if not value or ctx.resilient_parsing:
+        return
+    from importlib.metadata import PackageNotFoundError, packages_distributions, version
+
+    shipped = packages_distributions().get(__name__.partition(".")[0]) or []
+    try:
+        found = version(shipped[0]) if shipped else "unknown (not installed)"
+    except PackageNotFoundError:
+        found = "unknown (not installed)"
+    click.echo(f"host-stub, version {found}")
+    ctx.exit()
+
+
 @click.group()
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_show_version,
+    help="Show the version and exit.",
+)
 @click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
 @click.pass_context
 def cli(ctx: click.Context, verbose: int) -> None:
@@ -435,7 +528,11 @@ def search_item(hit: SearchHit) -> dict[str, Any]:
 @cli.command()
 @click.argument("session")
 @click.argument("query")
-@click.option("--role", type=click.Choice(["user", "assistant", "tool", "system"]))
+@click.option(
+    "--role",
+    type=click.Choice(["user", "assistant", "tool", "system"]),
+    help="Only messages of this role.",
+)
 @click.option(
     "--limit",
     type=click.IntRange(1, 1000),
@@ -455,7 +552,7 @@ async def search(
     async with open_host(ctx) as host:
         known = {s.session_id for s in await host.memory.list_sessions()}
         if session not in known:
-            raise UserError(f"no session {session!r} in {host.config.host.memory}")
+            raise UserError(f"unknown session {session!r} in {host.config.host.memory}")
         hits = await host.memory.search(session, query, role=role, limit=limit)
     if as_json:
         click.echo(json.dumps([search_item(h) for h in hits], ensure_ascii=False))
@@ -507,7 +604,7 @@ async def clear(
             if session not in known and not await host.memory.get_metadata(
                 SUMMARY_NAMESPACE, session
             ):  # a session's summary record (pinned facts) may come before its first message
-                raise UserError(f"no session {session!r} in {host.config.host.memory}")
+                raise UserError(f"unknown session {session!r} in {host.config.host.memory}")
         results = await host.clear(session, list(types) or None)
     if as_json:
         click.echo(json.dumps(results, default=str))
@@ -562,9 +659,17 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
-    except USER_ERRORS as exc:
-        click.echo(f"host-stub: error: {one_line(str(exc))}", err=True)
-        return 2
+    except Exception as exc:  # raised outside run_async (a plugin command's own asyncio.run)
+        if isinstance(exc, BrokenPipeError) and _stdout_closed():
+            # What click does when it sees it: end quietly (nothing more goes to the pipe).
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
+        error = user_error(exc)
+        if error is None:
+            raise
+        error.show()
+        return error.exit_code
     return 0
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,8 @@ def _message(raw: Any, where: str) -> Message:
     }
     try:
         return Message.model_validate(fields)
+    except RecursionError:
+        raise TranscriptError(f"{where}: {_TOO_DEEP}") from None
     except ValidationError as exc:
         first = exc.errors()[0]
         key = ".".join(str(p) for p in first["loc"])
@@ -111,13 +114,18 @@ def _read(path: Path) -> list[tuple[Any, str]]:
     stripped = text.lstrip()
     if path.suffix == ".jsonl" or (stripped.startswith("{") and "\n{" in stripped.rstrip()):
         items: list[tuple[Any, str]] = []
-        for number, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
+        # Lines end at "\n" only (a "\r" before it goes too): U+2028, U+0085 and the other
+        # breaks str.splitlines knows may stand inside a JSON string.
+        for number, line in enumerate(text.split("\n"), 1):
+            line = line.removesuffix("\r")
+            if not line.strip(_JSON_BLANK):
                 continue
             try:
                 item = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise TranscriptError(f"{path}:{number}: malformed JSON: {exc.msg}") from None
+            except RecursionError:
+                raise TranscriptError(f"{path}:{number}: {_TOO_DEEP}") from None
             items.append((item, f"{path}:{number}"))
         return items
     if not stripped:
@@ -126,11 +134,36 @@ def _read(path: Path) -> list[tuple[Any, str]]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TranscriptError(f"{path}:{exc.lineno}: malformed JSON: {exc.msg}") from None
+    except RecursionError:
+        raise TranscriptError(f"{path}:{_deepest_line(text)}: {_TOO_DEEP}") from None
     if isinstance(data, dict) and isinstance(data.get("messages"), list):
         data = data["messages"]
     if not isinstance(data, list):
         raise TranscriptError(f"{path}: expected a list of messages or {{'messages': [...]}}")
     return [(item, f"{path}: message {i + 1}") for i, item in enumerate(data)]
+
+
+#: What JSON counts as blank around a value (a line of only these is skipped).
+_JSON_BLANK = " \t\r"
+_TOO_DEEP = "JSON nested too deeply to read (arrays or objects inside each other, hundreds deep)"
+
+
+def _deepest_line(text: str) -> int:
+    """The line where the nesting of ``text``'s arrays and objects first reaches its deepest
+    (strings skipped): where a document too deep to read goes wrong."""
+    depth = deepest = 0
+    line = where = 1
+    for token in re.finditer(r'"(?:[^"\\\n]|\\.)*"?|[\[\]{}\n]', text):
+        char = token.group()
+        if char == "\n":
+            line += 1
+        elif char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest, where = depth, line
+        elif char in "]}":
+            depth -= 1
+    return where
 
 
 def replay_key(position: int, message: Message) -> str:

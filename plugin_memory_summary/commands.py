@@ -2,7 +2,9 @@
 
 Every command works on a session that exists (it has messages, or a summary record such as
 pinned facts): an unknown one is a mistake, said in one line with exit code 2, and nothing is
-stored. ``pin --create`` pins facts ahead of a session's first message.
+stored. ``pin --create`` pins facts ahead of a session's first message. With the plugin left
+out by the host's ``[plugins]`` (``deny``, or an ``allow`` without it), each command says so
+in one line before it opens anything.
 """
 
 from __future__ import annotations
@@ -19,7 +21,11 @@ from host_stub.services import SUMMARY_NAMESPACE
 if TYPE_CHECKING:  # the pipeline loads when a command runs, not when the CLI starts
     from .results import Result
 
-__all__ = ["register", "status_line"]
+__all__ = ["MAX_PIN_CHARS", "register", "status_line"]
+
+#: The longest fact ``pin`` takes, in characters: a pinned fact is kept verbatim in every later
+#: summary, so it is a sentence, not a document.
+MAX_PIN_CHARS = 500
 
 
 class Refused(click.ClickException):
@@ -36,7 +42,38 @@ class Refused(click.ClickException):
 def _plugin(host: Any) -> Any:
     from .plugin import PLUGIN_NAME
 
+    if PLUGIN_NAME not in host.plugins:
+        raise Refused(f"the {PLUGIN_NAME} plugin is not loaded ({host.config.source})")
     return host.get_plugin(PLUGIN_NAME)
+
+
+def _require_loaded(ctx: click.Context) -> None:
+    """Refuse, before any store is opened, when the host's config leaves the plugin out."""
+    from host_stub.cli import host_config
+
+    from .plugin import PLUGIN_NAME
+
+    config = host_config(ctx)
+    plugins = config.plugins
+    if PLUGIN_NAME in plugins.deny:
+        why = "deny names it"
+    elif plugins.allow is not None and PLUGIN_NAME not in plugins.allow:
+        why = "allow leaves it out"
+    else:
+        return
+    raise Refused(f"the {PLUGIN_NAME} plugin is not loaded ({config.source}: [plugins] {why})")
+
+
+def _check_fact(fact: str) -> None:
+    """A pinned fact has words, and at most :data:`MAX_PIN_CHARS` characters."""
+    text = fact.strip()
+    if not text:
+        raise Refused("the fact is empty: give the words to pin")
+    if len(text) > MAX_PIN_CHARS:
+        raise Refused(
+            f"the fact has {len(text):,} characters, over the limit of {MAX_PIN_CHARS:,} for a "
+            "pinned fact: pin a shorter one"
+        )
 
 
 async def _require_session(host: Any, session: str) -> None:
@@ -61,6 +98,8 @@ def _plain(reason: str) -> str:
 def status_line(result: Mapping[str, Any], command: str = "compress") -> str:
     """A pipeline result in one line: ``done: 40 messages summarized, tokens 12,400 -> 1,020``.
     A rebuild says what it rebuilt before what the compression after it did."""
+    from .report.text import counted
+
     stats = result.get("stats", {})
     line = f"{result['status']}: {_plain(str(result.get('reason', '')))}".rstrip(": ")
     if stats.get("messages_summarized"):
@@ -71,14 +110,14 @@ def status_line(result: Mapping[str, Any], command: str = "compress") -> str:
             else ""
         )
         line += (
-            f" ({stats['messages_summarized']:,} messages summarized{tokens}"
+            f" ({counted(int(stats['messages_summarized']), 'message', commas=True)} "
+            f"summarized{tokens}"
             f"{', fallback ' + stats['fallback'] if stats.get('fallback') else ''})"
         )
     if command == "rebuild" and "rebuilt_from" in stats:
         count = int(stats["rebuilt_from"])
-        rebuilt = (
-            f"rebuilt: the summary now covers {count:,} archived message{'' if count == 1 else 's'}"
-        )
+        covers = counted(count, "archived message", commas=True)
+        rebuilt = f"rebuilt: the summary now covers {covers}"
         if result["status"] == "skipped":
             return f"{rebuilt}; nothing more to compress"
         return f"{rebuilt}; then compressed: {line}"
@@ -92,6 +131,9 @@ def register(cli: Any, open_host: Any) -> None:
     @click.pass_context
     def summary(ctx: click.Context, session: str, as_json: bool) -> None:
         """Show a session's summary."""
+        from .report.text import counted
+
+        _require_loaded(ctx)
 
         async def run() -> None:
             async with open_host(ctx) as host:
@@ -107,9 +149,10 @@ def register(cli: Any, open_host: Any) -> None:
                 click.echo(f"no summary for session {session!r}")
             else:
                 click.echo(
-                    f"session {session}: {record.messages_summarized:,} messages summarized in "
-                    f"{record.compressions:,} compressions, covered through seq "
-                    f"{record.covered_up_to_seq}"
+                    f"session {session}: "
+                    f"{counted(record.messages_summarized, 'message', commas=True)} summarized in "
+                    f"{counted(record.compressions, 'compression', commas=True)}, covered through "
+                    f"seq {record.covered_up_to_seq}"
                 )
                 click.echo(record.text)
 
@@ -123,6 +166,8 @@ def register(cli: Any, open_host: Any) -> None:
         @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
         @click.pass_context
         def command(ctx: click.Context, session: str, as_json: bool) -> None:
+            _require_loaded(ctx)
+
             async def run() -> Result:
                 async with open_host(ctx) as host:
                     await _require_session(host, session)
@@ -150,7 +195,9 @@ def register(cli: Any, open_host: Any) -> None:
     )
     @click.pass_context
     def pin(ctx: click.Context, session: str, fact: str, create: bool) -> None:
-        """Pin a fact that every later summary keeps."""
+        """Pin a fact that every later summary keeps (at most 500 characters)."""
+        _check_fact(fact)
+        _require_loaded(ctx)
 
         async def run() -> None:
             async with open_host(ctx, create=create) as host:

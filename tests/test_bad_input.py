@@ -718,7 +718,7 @@ def test_cli_commands_on_unknown_sessions_say_so_and_touch_nothing(tmp_path: Pat
     # every row.
     code, out, err = procs.run_cli(["--db", str(db), "clear", "nope"])
     assert code == 2 and not out.strip(), (out, err)
-    assert one_line(err) == f"host-stub: error: no session 'nope' in sqlite:///{db}"
+    assert one_line(err) == f"host-stub: error: unknown session 'nope' in sqlite:///{db}"
     assert procs.dump(db)["sessions"] == before["sessions"]
     code, out, err = procs.run_cli(["--db", str(db), "pin", "nope", "a fact"])
     assert code == 2 and "unknown session 'nope'" in one_line(err), (out, err)

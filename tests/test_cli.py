@@ -84,7 +84,7 @@ def test_clear_of_an_unknown_session_is_a_user_error_and_creates_nothing(
     assert code == 0, err
     code, out, err = run(["clear", "trip-typo", "--db", db], capsys)
     assert code == 2 and out == ""
-    assert err.strip() == f"host-stub: error: no session 'trip-typo' in sqlite:///{db}"
+    assert err.strip() == f"host-stub: error: unknown session 'trip-typo' in sqlite:///{db}"
     code, out, _ = run(["sessions", "--json", "--db", db], capsys)
     assert code == 0 and json.loads(out) == []
     code, out, err = run(["clear", "trip", "--json", "--db", db], capsys)
@@ -221,7 +221,7 @@ def test_search_finds_archived_messages_as_text_and_json(
     # Mistakes are one line, exit code 2.
     code, out, err = run(["search", "gmy", "locker", "--db", db], capsys)
     assert (code, out) == (2, "")
-    assert err.strip() == f"host-stub: error: no session 'gmy' in sqlite:///{db}"
+    assert err.strip() == f"host-stub: error: unknown session 'gmy' in sqlite:///{db}"
     code, out, err = run(["search", "gym", "  ", "--db", db], capsys)
     assert code == 2 and err.strip() == (
         "host-stub: error: the query is empty: give the words to look for"

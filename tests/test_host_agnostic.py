@@ -3,16 +3,18 @@ without it, and gets the plugin's commands, chat commands and docs through hooks
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
-import sqlite3
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 from fake_openai import FakeOpenAIServer
+
+from host_stub.memory.sqlite import SQLiteMemory
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = ROOT / "host_stub"
@@ -113,7 +115,13 @@ def test_the_host_cli_and_docs_work_without_any_plugin(tmp_path: Path) -> None:
     """No plugin installed: the host's own commands and doc sections, nothing else, and
     ``clear --type`` knows only the host's history."""
     db = tmp_path / "m.db"
-    sqlite3.connect(db).close()  # an empty SQLite file: the host makes its schema
+
+    async def make_store() -> None:  # a store with no session: read-only commands open it
+        memory = SQLiteMemory(db, lambda m: 1)
+        await memory.list_sessions()
+        await memory.close()
+
+    asyncio.run(make_store())
     done = subprocess.run(
         [sys.executable, "-c", _WITHOUT_PLUGINS, str(db)],
         capture_output=True,

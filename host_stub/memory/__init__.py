@@ -20,11 +20,11 @@ from urllib.parse import unquote
 
 from ..messages import Message
 from ..services import MemoryService
-from .common import redact_url
+from .common import StoreNotFound, redact_url
 from .inmemory import InMemoryMemory
 from .sqlite import SQLiteMemory
 
-__all__ = ["InMemoryMemory", "SQLiteMemory", "open_memory"]
+__all__ = ["InMemoryMemory", "SQLiteMemory", "StoreNotFound", "open_memory"]
 
 SCHEMES = "memory://, sqlite:///, postgresql://, redis://"
 
@@ -38,10 +38,15 @@ def _install(extra: str, package: str) -> str:
     return f"pip install '{shipped[0]}[{extra}]'" if shipped else f"pip install {package}"
 
 
-def open_memory(url: str, token_counter: Callable[[Message], int]) -> MemoryService:
+def open_memory(
+    url: str, token_counter: Callable[[Message], int], *, create: bool = True
+) -> MemoryService:
     """The memory backend for ``url``; ``token_counter`` counts a message once, at append.
 
-    Nothing is opened yet: a backend connects (and creates its schema) on first use.
+    Nothing is opened yet: a backend connects (and creates its schema) on first use. With
+    ``create=False`` (a command that only reads, or changes what is there) SQLite and
+    PostgreSQL open a store that exists only, and make nothing: a missing one is
+    :class:`StoreNotFound` (Redis and ``memory://`` have nothing to make).
     Raises ``ValueError`` for a URL no backend understands.
     """
     scheme, sep, rest = url.partition("://")
@@ -53,7 +58,7 @@ def open_memory(url: str, token_counter: Callable[[Message], int]) -> MemoryServ
     if scheme == "memory":
         return InMemoryMemory(token_counter)
     if scheme == "sqlite":
-        return SQLiteMemory(_sqlite_path(url, rest), token_counter)
+        return SQLiteMemory(_sqlite_path(url, rest), token_counter, create=create)
     if scheme in ("postgresql", "postgres"):
         try:
             from .postgres import PostgresMemory
@@ -64,7 +69,7 @@ def open_memory(url: str, token_counter: Callable[[Message], int]) -> MemoryServ
                 f"the PostgreSQL memory backend needs asyncpg: {_install('postgres', 'asyncpg')}",
                 name="asyncpg",
             ) from None
-        return PostgresMemory(url, token_counter)
+        return PostgresMemory(url, token_counter, create=create)
     if scheme in ("redis", "rediss"):
         try:
             from .redis import RedisMemory

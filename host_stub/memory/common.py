@@ -17,6 +17,7 @@ from ..messages import Message, ToolCall, clone_model
 from ..services import MetadataEntry
 
 __all__ = [
+    "StoreNotFound",
     "TokenCounter",
     "body_of",
     "decode_row",
@@ -43,6 +44,17 @@ TokenCounter = Callable[[Message], int]
 
 #: Message fields that live in their own columns (or are the store's own), not in the JSON body.
 _COLUMN_FIELDS = {"seq", "epoch", "tokens", "archived", "role", "kind"}
+
+
+class StoreNotFound(LookupError):
+    """A store opened with ``create=False`` is not there: no SQLite file (or one that holds no
+    store), no PostgreSQL schema or tables. ``store`` names it (a URL, its password hidden),
+    ``reason`` says what is missing; the message is ``no such store: <store>: <reason>``."""
+
+    def __init__(self, store: str, reason: str) -> None:
+        super().__init__(f"no such store: {store}: {reason}")
+        self.store = store
+        self.reason = reason
 
 
 def tokens_of(message: Message, token_counter: TokenCounter) -> int:

@@ -78,6 +78,7 @@ from ..services import (
 )
 from ..session_ids import check_session_id
 from .common import (
+    StoreNotFound,
     TokenCounter,
     body_of,
     check_limit,
@@ -277,7 +278,9 @@ class PostgresMemory:
     ``?schema=`` in the URL; ``None`` = the connection's default (usually ``public``).
     ``pool_min`` / ``pool_max``: connection pool size. ``command_timeout``: seconds any statement
     (a lock wait included) or a wait for a free pooled connection may take.
-    ``connect_timeout``: seconds to open one connection.
+    ``connect_timeout``: seconds to open one connection. With ``create=False`` only a store that
+    exists is opened (migrated if older): a missing schema, or one without the store's tables,
+    is :class:`~host_stub.memory.common.StoreNotFound` at first use, and nothing is made.
 
     Raises ``ValueError`` for a malformed URL (here, or at first use for what only asyncpg
     checks) and ``ConnectionError("<url>: cannot connect: <reason>")`` when the server cannot be
@@ -294,8 +297,10 @@ class PostgresMemory:
         pool_max: int = 10,
         command_timeout: float = 10.0,
         connect_timeout: float = 5.0,
+        create: bool = True,
     ) -> None:
         self.url = redact_url(url)
+        self._create = create
         self._dsn, url_schema = _parse_url(url, self.url)
         if schema is not None and url_schema is not None and schema != url_schema:
             raise ValueError(
@@ -397,8 +402,18 @@ class PostgresMemory:
                 exists = await conn.fetchval(
                     "SELECT 1 FROM pg_namespace WHERE nspname = $1", self.schema
                 )
+                if not exists and not self._create:
+                    raise StoreNotFound(self.url, f"schema {self.schema!r} does not exist")
                 if not exists:
                     await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote_ident(self.schema)}")
+            if not self._create and not await conn.fetchval(
+                "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE c.relname = 'memory_schema_version'"
+                " AND n.nspname = coalesce($1::text, current_schema())",
+                self.schema,
+            ):
+                where = "schema " + repr(self.schema) if self.schema else "its default schema"
+                raise StoreNotFound(self.url, f"{where} holds no store (no memory tables)")
             await conn.execute(
                 self.sql(
                     "CREATE TABLE IF NOT EXISTS {p}memory_schema_version ("

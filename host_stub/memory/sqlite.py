@@ -94,6 +94,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -116,6 +117,7 @@ from ..services import (
 from ..session_ids import check_session_id
 from .common import (
     DecodedRows,
+    StoreNotFound,
     TokenCounter,
     body_of,
     check_limit,
@@ -320,7 +322,11 @@ class SQLiteMemory:
 
     ``path`` may be ``":memory:"`` (private to this instance). ``busy_timeout_s`` is how long a
     transaction waits for another connection's write lock before failing with
-    ``sqlite3.OperationalError: database is locked``.
+    ``sqlite3.OperationalError: database is locked``. With ``create=False`` only a store that
+    exists is opened (migrated if older): a missing file, or one that holds no store (an empty
+    file, say), is :class:`~host_stub.memory.common.StoreNotFound`, and nothing is written or
+    made. A file or folder that cannot be opened or made is ``ConnectionError("<path>: cannot
+    open: <reason>")``.
     """
 
     def __init__(
@@ -330,8 +336,10 @@ class SQLiteMemory:
         *,
         busy_timeout_s: float = 10.0,
         clock: Callable[[], float] = time.time,
+        create: bool = True,
     ) -> None:
         self.path = str(path)
+        self._create = create
         self._count = token_counter
         #: Lease expiry is read from this clock (unix seconds), under the write lock; every
         #: process on the file must use the same clock (tests may pass their own).
@@ -458,17 +466,37 @@ class SQLiteMemory:
             db.close()
 
     def _open(self) -> sqlite3.Connection:
-        """Worker thread: connect, set the pragmas, create or migrate the schema."""
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        # Used by one thread at a time (``_in_use``), not always the one that opened it.
-        db = sqlite3.connect(
-            self.path,
-            isolation_level=None,
-            timeout=self._busy_timeout_ms / 1000,
-            check_same_thread=False,
-        )
+        """Worker thread: connect, set the pragmas, create or migrate the schema (without
+        ``create``: migrate a store that exists, make nothing)."""
+        create = self._create or self.path == ":memory:"
+        if create and self.path != ":memory:":
+            folder = Path(self.path).parent
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConnectionError(
+                    f"{self.path}: cannot open: cannot make its folder {str(folder)!r} "
+                    f"({exc.strerror or exc})"
+                ) from None
         try:
+            # Used by one thread at a time (``_in_use``), not always the one that opened it.
+            db = sqlite3.connect(
+                self.path if create else Path(self.path).absolute().as_uri() + "?mode=rw",
+                isolation_level=None,
+                timeout=self._busy_timeout_ms / 1000,
+                check_same_thread=False,
+                uri=not create,
+            )
+        except sqlite3.OperationalError as exc:
+            if not create and not os.path.lexists(self.path):
+                raise StoreNotFound(f"sqlite:///{self.path}", "no such file") from None
+            raise ConnectionError(f"{self.path}: cannot open: {exc}") from None
+        try:
+            if not create and not _holds_store(db):
+                raise StoreNotFound(
+                    f"sqlite:///{self.path}",
+                    "the file is empty" if _is_empty(self.path) else "the file holds no store",
+                )
             db.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             self._waits = True
             self._reads.clear()  # data_version counts per connection
@@ -967,6 +995,19 @@ class SQLiteMemory:
             await asyncio.shield(asyncio.wrap_future(self._closing))
         if self._checkpoints is not None:
             await self._checkpoints.close()
+
+
+def _holds_store(db: sqlite3.Connection) -> bool:
+    """Whether the database is a store (of any schema version): its version is set by the
+    first migration, in the transaction that makes the tables. Reads only."""
+    return bool(_scalar(db, "PRAGMA user_version"))
+
+
+def _is_empty(path: str) -> bool:
+    try:
+        return os.path.getsize(path) == 0
+    except OSError:
+        return False
 
 
 class _Checkpointer:

@@ -81,12 +81,14 @@ async def report_run(
     resumes: the messages of ``messages`` (carrying replay keys) already stored are skipped,
     and a session that holds other messages is refused (see :mod:`host_stub.transcripts`)."""
     from . import PlotError, compression_line, plot_report, render_report, run_replay
+    from .text import counted
 
     preflight(config, origin=origin)
     stored, keys = await stored_replay(config.host.memory, session_id)
     if stored and fresh:
         raise UserError(
-            f"session {session_id!r} already has {stored} messages in {config.host.memory}: "
+            f"session {session_id!r} already has {stored} message{'' if stored == 1 else 's'} "
+            f"in {config.host.memory}: "
             f"use another --db, or clear it first (host-stub clear {session_id})"
         )
     try:
@@ -103,8 +105,8 @@ async def report_run(
             )
         else:
             click.echo(
-                f"nothing to replay: session {session_id!r} already holds all {done} messages "
-                f"of {title}"
+                f"nothing to replay: session {session_id!r} already holds all "
+                f"{counted(done, 'message')} of {title}"
             )
         return
     if done and not as_json:
@@ -137,9 +139,9 @@ async def report_run(
         return
     with_plugin = report.with_plugin
     click.echo(
-        f"replayed {report.messages} messages in {report.turns} turns into session "
-        f"{session_id!r}: {len(with_plugin.compressions)} compressions, {report.active} messages "
-        f"active, peak context {with_plugin.max} tokens"
+        f"replayed {counted(report.messages, 'message')} in {counted(report.turns, 'turn')} "
+        f"into session {session_id!r}: {counted(len(with_plugin.compressions), 'compression')}, "
+        f"{counted(report.active, 'message')} active, peak context {with_plugin.max} tokens"
     )
     click.echo("")
     click.echo(render_report(report))

@@ -8,20 +8,26 @@ from typing import Any
 from .models import CompressionEvent, ReplayReport
 from .reasons import fallback_kinds
 
-__all__ = ["calibration_line", "compression_line", "fallback_lines", "render_report"]
+__all__ = ["calibration_line", "compression_line", "counted", "fallback_lines", "render_report"]
 
 
 def _n(value: float) -> str:
     return f"{value:,.0f}"
 
 
+def counted(count: int, noun: str, *, commas: bool = False) -> str:
+    """``1 message``, ``2 messages`` (``1,200 messages`` with ``commas``)."""
+    number = f"{count:,}" if commas else str(count)
+    return f"{number} {noun}{'' if count == 1 else 's'}"
+
+
 def compression_line(event: CompressionEvent) -> str:
     """``24 messages summarized at turn 31, tokens 3,120 -> 1,034 (rules engine)``; a turn of 0
     (not known) is left out."""
     if event.messages_summarized:
-        what = f"{event.messages_summarized} messages summarized"
+        what = f"{counted(event.messages_summarized, 'message')} summarized"
     else:
-        what = f"{event.messages_archived} messages archived without a summary"
+        what = f"{counted(event.messages_archived, 'message')} archived without a summary"
     if event.turn:
         what += f" at turn {event.turn}"
     tokens = ""
@@ -62,7 +68,7 @@ def fallback_lines(reasons: Iterable[str], pad: str = " " * 23) -> list[str]:
     if len(kinds) > KINDS_SHOWN:
         rest = kinds[KINDS_SHOWN:]
         lines.append(
-            f"{pad}+{len(rest)} more kinds ({sum(n for _, n, _ in rest)} compressions): "
+            f"{pad}+{len(rest)} more kinds ({counted(sum(n for _, n, _ in rest), 'compression')}): "
             + ", ".join(kind for kind, _, _ in rest)
         )
     return lines
@@ -115,22 +121,24 @@ def render_report(report: ReplayReport) -> str:
     window = report.context_window
     lines = [f"report: {report.title}"]
     lines.append(
-        f"  turns              {report.turns} ({report.messages} messages, "
-        f"{report.tool_results} tool results)"
+        f"  turns              {report.turns} ({counted(report.messages, 'message')}, "
+        f"{counted(report.tool_results, 'tool result')})"
     )
     engine = report.summary_model or "the rules engine, offline, no model"
     lines.append(f"  compressions       {len(w.compressions)} (summarizer: {engine})")
     used = [e for e in w.compressions if e.answers_used]
     if report.summary_model and w.compressions:
         lines.append(
-            f"  model's answer     used in {len(used)} of {len(w.compressions)} compressions "
+            f"  model's answer     used in {len(used)} of "
+            f"{counted(len(w.compressions), 'compression')} "
             f"({sum(e.answers_used for e in w.compressions)} of "
-            f"{sum(e.llm_calls for e in w.compressions)} summarizer calls)"
+            f"{counted(sum(e.llm_calls for e in w.compressions), 'summarizer call')})"
         )
     if report.fell_back:
         lines.append(
-            f"  fell back          {len(report.fell_back)} of {len(w.compressions)} "
-            f"compressions used the {report.fell_back[0].fallback} fallback, by kind:"
+            f"  fell back          {len(report.fell_back)} of "
+            f"{counted(len(w.compressions), 'compression')} used the "
+            f"{report.fell_back[0].fallback} fallback, by kind:"
         )
         lines += fallback_lines(e.reason for e in report.fell_back)
     elif report.summary_model:
@@ -169,8 +177,9 @@ def render_report(report: ReplayReport) -> str:
     elif report.summary:
         lines.append(
             f"  summary            {_n(report.summary_tokens)} tokens, "
-            f"{_n(len(report.summary))} characters, covers {report.summary_messages} "
-            f"messages ({report.summary_compressions} compressions)"
+            f"{_n(len(report.summary))} characters, covers "
+            f"{counted(report.summary_messages, 'message')} "
+            f"({counted(report.summary_compressions, 'compression')})"
         )
     else:
         lines.append("  summary            none (nothing was compressed)")
@@ -187,9 +196,10 @@ def render_report(report: ReplayReport) -> str:
     calibrated = calibration_line(report.calibration, report.summary_model)
     if calibrated:
         lines.append(f"  token counts       {calibrated}")
-    markers = f", {report.markers} compression markers" if report.markers else ""
+    markers = f", {counted(report.markers, 'compression marker')}" if report.markers else ""
     lines.append(
-        f"  store              {report.active} messages active, {report.archived} archived"
+        f"  store              {counted(report.active, 'message')} active, "
+        f"{report.archived} archived"
         f"{markers}" + (f" ({report.store})" if report.store else "")
     )
     lines.append(f"  time               {report.seconds:.1f} s")

@@ -8,6 +8,7 @@ from host_stub.services import Snapshot
 
 from .config import MemorySummaryConfig
 from .decisions import conversation_messages
+from .hygiene import neutralise
 from .record import read_record
 from .render import render_transcript, transcript_lang
 from .summary_model import SummaryPayload
@@ -16,7 +17,9 @@ __all__ = ["MemoryContext", "memory_context"]
 
 
 class MemoryContext(BaseModel):
-    """The summary, its structured payload and the recent transcript of one session."""
+    """The summary, its structured payload and the recent transcript of one session. The
+    summary's chat-template tokens, role headers and block delimiters are made inert as in the
+    injected block (:func:`.hygiene.neutralise`)."""
 
     model_config = ConfigDict(defer_build=True)  # built on first use, not at import
 
@@ -38,7 +41,7 @@ def memory_context(
     shown = conv if recent is None else conv[-recent:]
     return MemoryContext(
         session_id=snap.session_id,
-        summary=record.text if record else None,
+        summary=neutralise(record.text) if record else None,
         payload=record.payload if record else None,
         recent_transcript=render_transcript(
             shown,

@@ -11,9 +11,11 @@ but inert text (``<|im_start|>`` -> ``‹|im_start|›``, ``[INST]`` -> ``⟦INS
 
 from __future__ import annotations
 
+import unicodedata
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
-from .patterns import lazy_regex
+from .patterns import LazyRegex, lazy_regex
 
 if TYPE_CHECKING:
     import regex
@@ -21,9 +23,11 @@ if TYPE_CHECKING:
 __all__ = [
     "SUMMARY_CLOSE",
     "SUMMARY_OPEN",
+    "defuse_folded",
     "framing_overhead",
     "live_markers",
     "neutralise",
+    "skeleton",
     "wrap_summary_block",
 ]
 
@@ -44,6 +48,132 @@ _CLOSE_LIKE = ">›〉⟩＞﹥〉❭❯˃ᐳ»"
 _SLASH_LIKE = "/⁄∕／⟋⧸"
 _DASH_LIKE = "\\-‐‑‒–—―−﹘﹣－_"
 _COLON_LIKE = ":：﹕︓꞉∶"
+
+# -- the skeleton: text as a reader sees it ----------------------------------------------------
+
+#: Latin look-alikes among Cyrillic and Greek letters (and a few Latin variants): a model reads
+#: ``</conversаtion-summary>`` with a Cyrillic ``а`` as the close tag. Cyrillic ``т м к н`` read
+#: as small capitals in most fonts.
+_LATIN_LOOKALIKES: dict[str, str] = {
+    **dict(zip("аеіјорсухѕһԁԛԝӏүтмкн", "aeijopcyxshdqwlytmkh", strict=True)),
+    **dict(zip("АВЕІЈКМНОРСТХЅҮԚԜӀ", "ABEIJKMHOPCTXSYQWI", strict=True)),
+    **dict(zip("αοριυνκτχϲϳ", "aopiuvktxcj", strict=True)),
+    **dict(zip("ΑΒΕΖΗΙΚΜΝΟΡΤΥΧϹ", "ABEZHIKMNOPTYXC", strict=True)),
+    "ı": "i",
+    "ɑ": "a",
+    "ɡ": "g",
+}
+
+_READS_AS: dict[str, str] = {
+    **_LATIN_LOOKALIKES,
+    **dict.fromkeys(_OPEN_LIKE, "<"),
+    **dict.fromkeys(_CLOSE_LIKE, ">"),
+    **dict.fromkeys(_SLASH_LIKE, "/"),
+    **dict.fromkeys(_DASH_LIKE.replace("\\-", "").replace("_", ""), "-"),
+}
+
+
+def _fold_char(ch: str) -> str:
+    """One character as it reads: compatibility forms folded (NFKC: full-width letters and
+    brackets), invisible format characters dropped, Cyrillic, Greek and bracket look-alikes
+    replaced by their ASCII original."""
+    if unicodedata.category(ch) == "Cf":
+        return ""
+    return "".join(_READS_AS.get(c, c) for c in unicodedata.normalize("NFKC", ch))
+
+
+class _FoldTable(dict[int, str]):
+    """A :meth:`str.translate` table filled on first sight of each code point."""
+
+    def __missing__(self, code: int) -> str:
+        folded = self[code] = _fold_char(chr(code))
+        return folded
+
+
+_FOLD = _FoldTable()
+
+#: An HTML character reference, as :func:`html.unescape` finds them (``&lt;``, ``&#60;``,
+#: ``&#x3c;``, ``&lt`` without its semicolon).
+_CHARREF = lazy_regex(r"&(?:#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?)")
+_NOT_ASCII = lazy_regex(r"[^\x00-\x7f]+")
+
+
+def _unescape(ref: str) -> str:
+    import html
+
+    text = html.unescape(ref)
+    return text if text.isascii() else text.translate(_FOLD)
+
+
+def skeleton(text: str) -> str:
+    """``text`` as a reader sees it, for matching only: folded (NFKC, invisible format characters
+    dropped, Cyrillic, Greek and bracket look-alikes read as ASCII), then its HTML character
+    references decoded (once) and folded too."""
+    if not text.isascii():
+        text = text.translate(_FOLD)
+    if "&" in text:
+        text = _CHARREF().sub(lambda m: _unescape(m.group()), text)
+    return text
+
+
+def _skeleton_map(text: str) -> tuple[str, list[int], list[int]]:
+    """:func:`skeleton` of ``text`` with, for each of its characters, the span of ``text`` it
+    comes from (``starts[i]``, ``ends[i]``)."""
+    pieces: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    pos = 0
+    for run in _NOT_ASCII().finditer(text):
+        pieces.append(text[pos : run.start()])
+        starts.extend(range(pos, run.start()))
+        ends.extend(range(pos + 1, run.start() + 1))
+        for i in range(run.start(), run.end()):
+            folded = _FOLD[ord(text[i])]
+            pieces.append(folded)
+            starts.extend([i] * len(folded))
+            ends.extend([i + 1] * len(folded))
+        pos = run.end()
+    pieces.append(text[pos:])
+    starts.extend(range(pos, len(text)))
+    ends.extend(range(pos + 1, len(text) + 1))
+    folded = "".join(pieces)
+    if "&" not in folded:
+        return folded, starts, ends
+    pieces, new_starts, new_ends, pos = [], [], [], 0
+    for ref in _CHARREF().finditer(folded):
+        pieces.append(folded[pos : ref.start()])
+        new_starts.extend(starts[pos : ref.start()])
+        new_ends.extend(ends[pos : ref.start()])
+        decoded = _unescape(ref.group())
+        pieces.append(decoded)
+        new_starts.extend([starts[ref.start()]] * len(decoded))
+        new_ends.extend([ends[ref.end() - 1]] * len(decoded))
+        pos = ref.end()
+    pieces.append(folded[pos:])
+    new_starts.extend(starts[pos:])
+    new_ends.extend(ends[pos:])
+    return "".join(pieces), new_starts, new_ends
+
+
+def defuse_folded(text: str, pattern: LazyRegex, replace: Callable[[str], str]) -> str:
+    """``text`` with each stretch whose :func:`skeleton` matches ``pattern`` replaced by
+    ``replace(<the match in the skeleton>)``; the rest of ``text`` stays as it was."""
+    folded = skeleton(text)
+    if pattern().search(folded) is None:
+        return text
+    if folded == text:
+        return pattern().sub(lambda m: replace(m.group()), text)
+    folded, starts, ends = _skeleton_map(text)
+    out: list[str] = []
+    pos = 0
+    for match in pattern().finditer(folded):
+        if match.end() == match.start() or starts[match.start()] < pos:
+            continue
+        out.append(text[pos : starts[match.start()]])
+        out.append(replace(match.group()))
+        pos = ends[match.end() - 1]
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def _fuzzy(word: str) -> str:
@@ -106,19 +236,27 @@ _TOKENS = lazy_regex(
 _CLAIMS = lazy_regex(_ROLE_CLAIM)
 _HEADERS = lazy_regex(_ROLE_HEADER)
 _ALL_MARKERS = [lazy_regex(p) for p in (*_BRACKETED.values(), _ROLE_CLAIM, _ROLE_HEADER)]
+#: The block's delimiters as a reader sees them (:func:`skeleton`): also written with Cyrillic
+#: or Greek letters, full-width letters or HTML character references
+#: (``&lt;/conversation-summary&gt;``).
+_DELIMITER = lazy_regex(_BRACKETED["summary-delimiter"])
 
 # Each pass strictly removes ASCII brackets or guards a header with "(", so a few passes reach a
 # fixed point; the bound is only a guard.
 _MAX_PASSES = 8
 
 
+def _defuse_delimiter(text: str) -> str:
+    # Not ``‹/conversation-summary›``: that is itself a look-alike of the close tag.
+    head = text[: text.casefold().index("c")]
+    closing = any(ch in _SLASH_LIKE for ch in head)
+    return "(/conversation-summary)" if closing else "(conversation-summary)"
+
+
 def _defuse_brackets(match: regex.Match[str]) -> str:
     text = match.group(0)
     if match.lastgroup == "summary_delimiter":
-        # Not ``‹/conversation-summary›``: that is itself a look-alike of the close tag.
-        head = text[: text.casefold().index("c")]
-        closing = any(ch in _SLASH_LIKE for ch in head)
-        return "(/conversation-summary)" if closing else "(conversation-summary)"
+        return _defuse_delimiter(text)
     if text.startswith("<<"):
         return "«" + text[2:-2] + "»"
     last = _TRANSLATE.get(text[-1], text[-1])
@@ -134,6 +272,7 @@ def _defuse_header(match: regex.Match[str]) -> str:
 
 
 def _one_pass(text: str, role_headers: bool) -> str:
+    text = defuse_folded(text, _DELIMITER, _defuse_delimiter)
     text = _TOKENS().sub(_defuse_brackets, text)
     text = _CLAIMS().sub(_defuse_claim, text)
     if role_headers:
@@ -160,7 +299,11 @@ def neutralise(text: str, *, role_headers: bool = True) -> str:
 def live_markers(text: str, *, role_headers: bool = True) -> list[str]:
     """Every live marker in ``text`` (empty after :func:`neutralise`): for checks and tests."""
     patterns = _ALL_MARKERS if role_headers else _ALL_MARKERS[:-1]
-    return [m.group(0) for p in patterns for m in p().finditer(text)]
+    found = [m.group(0) for p in patterns for m in p().finditer(text)]
+    folded = skeleton(text)
+    if folded != text:
+        found += [m.group(0) for m in _DELIMITER().finditer(folded) if m.group(0) not in found]
+    return found
 
 
 _FRAMING: dict[str, str] = {

@@ -30,6 +30,7 @@ from .context import MemoryContext, memory_context
 from .contribution import fitted_replacements, summary_contribution
 from .decisions import hard_triggered, soft_triggered, turn_triggered
 from .extensions import HostExtensions
+from .hygiene import neutralise
 from .lease import warm_up
 from .maintenance import mark_stale, rebuild, update_record
 from .parts import NotStartedError, Parts
@@ -315,9 +316,12 @@ class MemorySummaryPlugin(HostExtensions):
 
     # -- public API ----------------------------------------------------------------------------
     async def get_conversation_summary(self, session_id: str) -> str | None:
-        """The current summary text of a session, or ``None``."""
+        """The current summary text of a session, or ``None``. Chat-template tokens, role
+        headers and the block's delimiters in it are made inert as in the injected block
+        (:func:`.hygiene.neutralise`): a caller may well put it into a prompt. :meth:`show`
+        gives the record as stored."""
         record = await self.show(session_id)
-        return record.text if record and record.text else None
+        return neutralise(record.text) if record and record.text else None
 
     async def request(
         self,

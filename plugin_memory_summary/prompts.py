@@ -10,13 +10,10 @@ of that name inside it is defused so it cannot end the quote early.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from .hygiene import neutralise
+from .hygiene import defuse_folded, neutralise
 from .patterns import lazy_regex
-
-if TYPE_CHECKING:
-    import regex
 
 __all__ = [
     "DEFAULT_PROMPTS",
@@ -67,9 +64,11 @@ _SAMPLE_CHARS = 4000
 _ZH_SHARE = 0.2
 _HAN = lazy_regex(r"\p{Han}")
 _LETTER = lazy_regex(r"\p{L}")
-# Any spacing, line breaks included, and invisible format characters (U+200B...) around the
-# slash; the ``>`` may be lines later, or missing: the opening ``<`` alone is enough to defuse.
-_TRANSCRIPT_TAG = lazy_regex(r"(?i)<[\s\p{Cf}]*/?[\s\p{Cf}]*transcript\b(?:[^<>]{0,200}>)?")
+# Matched in the text as a reader sees it (``hygiene.skeleton``: invisible format characters
+# dropped, full-width forms, Cyrillic and Greek letters, look-alike brackets and slashes and HTML
+# character references read as ASCII). Any spacing, line breaks included, around the slash; the
+# ``>`` may be lines later, or missing: the opening ``<`` alone is enough to defuse.
+_TRANSCRIPT_TAG = lazy_regex(r"(?i)<\s*/?\s*transcript\b(?:[^<>]{0,200}>)?")
 
 
 def detect_language(texts: Iterable[str]) -> Literal["zh", "en"]:
@@ -144,15 +143,17 @@ _USER_TEXT: dict[str, dict[str, str]] = {
 def defuse_transcript_tags(transcript: str) -> str:
     """The transcript with chat-template tokens made inert and any ``<transcript>`` or
     ``</transcript>`` tag (any case or spacing, line breaks and zero-width characters included,
-    with or without its ``>``) turned into ``‹transcript›``-style text, so the
-    quoted data cannot close its own quote. Role labels (``user:``) are the transcript's own
-    format and are left alone."""
+    with or without its ``>``, and in look-alike form: full-width, Cyrillic or Greek letters,
+    other brackets or slashes, HTML character references) turned into ``‹transcript›``-style
+    text, so the quoted data cannot close its own quote. Role labels (``user:``) are the
+    transcript's own format and are left alone."""
     text = neutralise(transcript, role_headers=False)
-    return _TRANSCRIPT_TAG().sub(_defuse_tag, text)
+    return defuse_folded(text, _TRANSCRIPT_TAG, _defuse_tag)
 
 
-def _defuse_tag(match: regex.Match[str]) -> str:
-    tag = match.group(0)
+def _defuse_tag(tag: str) -> str:
+    """``tag`` as read (ASCII brackets) written with ``‹`` and ``›``: every form of the tag ends
+    up as the same inert text."""
     return "‹" + (tag[1:-1] + "›" if tag.endswith(">") else tag[1:])
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "STDLIB_PASSES",
     "RedactionError",
     "Redactor",
+    "fold_for_secrets",
     "may_match",
     "random_looking",
     "secret_span",
@@ -86,30 +87,25 @@ def _luhn_ok(digits: str) -> bool:
 
 
 def _card_span(match: regex.Match[str]) -> tuple[int, int] | None:
-    """The longest prefix of the run of digits that is a card number (13 to 19 digits passing
-    the Luhn check): a quantity written after the number ("... 1111 5 items") is not part of
-    it."""
+    """The longest prefix of the number that is a card number (13 to 19 digits passing the Luhn
+    check): a quantity written after the number ("... 1111 5 items") is not part of it. A
+    number in groups is cut between groups only."""
     text = match.group(0)
-    digits = text.replace(" ", "").replace("-", "")[:19]
-    # From the left, the Luhn check doubles the digits at even places for an even length, at
-    # odd places for an odd length: four sums of string slices per length, no loop per digit.
-    even, odd = digits[0::2], digits[1::2]
-    even_x2, odd_x2 = even.translate(_LUHN_DOUBLE), odd.translate(_LUHN_DOUBLE)
-    for n in range(len(digits), 12, -1):
-        k_even, k_odd = (n + 1) // 2, n // 2
-        if n % 2 == 0:
-            total = sum(even_x2[:k_even].encode()) + sum(odd[:k_odd].encode())
-        else:
-            total = sum(even[:k_even].encode()) + sum(odd_x2[:k_odd].encode())
-        if (total - 48 * n) % 10 == 0:
-            if n == len(digits) and len(text) - text.count(" ") - text.count("-") == n:
-                return match.span()
-            seen = 0
-            for end, ch in enumerate(text, start=1):
-                seen += ch.isdigit()
-                if seen == n:
-                    return match.start(), match.start() + end
-    return None
+    sep = match.group("sep")
+    if not sep:
+        for n in range(min(len(text), 19), 12, -1):
+            if _luhn_ok(text[:n]):
+                return match.start(), match.start() + n
+        return None
+    best, digits, end = 0, "", -1
+    for group in text.split(sep):
+        digits += group
+        end += len(group) + 1
+        if len(digits) > 19:
+            break
+        if len(digits) >= 13 and _luhn_ok(digits):
+            best = end
+    return (match.start(), match.start() + best) if best else None
 
 
 _RUNS = _LazyStdlib(r"[a-z]+|[A-Z]+|[0-9]+")
@@ -200,6 +196,32 @@ def may_match(name: str, text: str, folded: str) -> bool:
     return any(needle in haystack for needle in needles)
 
 
+#: Full-width letters, digits and key punctuation (``Ａ``, ``１``, ``＝``), folded to ASCII: a key
+#: typed or pasted in full-width form reads the same to a model. Other compatibility forms (the
+#: long s ``ſ``, superscripts, Chinese punctuation) stay as they are.
+_SECRET_FOLD = {
+    code: chr(code - 0xFEE0)
+    for code in range(0xFF01, 0xFF5F)
+    if chr(code - 0xFEE0).isalnum() or chr(code - 0xFEE0) in "_-+/=.@"
+}
+#: Invisible format characters (zero-width space and joiners, word joiner, soft hyphen, BOM,
+#: direction marks) between two characters of a key: a model reads ``AKIA\u200b...`` as the key.
+_INVISIBLE_INSIDE = lazy_regex(r"(?<=[A-Za-z0-9_+/=.-])\p{Cf}+(?=[A-Za-z0-9_+/=.-])")
+
+
+def fold_for_secrets(text: str) -> str:
+    """``text`` as the secret patterns should read it: full-width letters, digits and key
+    punctuation folded to ASCII (their NFKC form), and invisible format characters inside a run
+    of key characters dropped. Other text (Chinese punctuation, an emoji's zero-width joiner)
+    stays as it is."""
+    if text.isascii():
+        return text
+    return _INVISIBLE_INSIDE().sub("", text.translate(_SECRET_FOLD))
+
+
+_MARKER = "[REDACTED:"
+
+
 class RedactionError(RuntimeError):
     """A user pattern did not finish in time: the text must not be sent unredacted."""
 
@@ -262,6 +284,18 @@ class Redactor:
         return self._remembered(text)
 
     def _redact(self, text: str) -> str:
+        redacted = self._passes(text)
+        # A secret written with invisible characters inside (``AKIA\u200b...``) or in full-width
+        # letters reads the same to a model but not to a pattern. When the folded text holds
+        # more secrets, the result is the folded text with both the secrets found as written
+        # and those found folded redacted; otherwise the text keeps its own characters.
+        folded = fold_for_secrets(text)
+        if folded == text or self._passes(folded).count(_MARKER) <= redacted.count(_MARKER):
+            return redacted
+        return self._passes(fold_for_secrets(redacted))
+
+    def _passes(self, text: str) -> str:
+        """``text`` through every pass, in order."""
         folded: str | None = None
         for name, pattern in self.passes:
             if name in BUILTIN_HINTS:

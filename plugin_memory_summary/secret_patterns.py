@@ -52,7 +52,12 @@ BUILTIN_PATTERNS: dict[str, str] = {
     ),
     "slack-token": r"(?<![A-Za-z0-9-])xox[abprs]-[A-Za-z0-9-]{10,}",
     "google-api-key": r"(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{35}(?![A-Za-z0-9_-])",
-    "jwt": r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*",
+    # A line break may split the header or the payload, or sit next to a dot (a token wrapped
+    # to fit a terminal or an e-mail); the signature is taken up to its line's end.
+    "jwt": (
+        r"(?<![A-Za-z0-9_-])eyJ(?:[A-Za-z0-9_-]|\r?\n[ \t]*){5,}+\.(?:\r?\n[ \t]*)?"
+        r"(?:[A-Za-z0-9_-]|\r?\n[ \t]*){5,}+\.(?:\r?\n[ \t]*)?[A-Za-z0-9_-]*"
+    ),
     "bearer-token": r"(?i)\bbearer\s{1,10}(?P<secret>[A-Za-z0-9._~+/-]{16,}=*)",
     "url-credentials": r"(?<=://)[^\s/:@]{1,256}:(?!\[REDACTED:)(?P<secret>[^\s/@]{1,256})@",
     # The key may be quoted (JSON) and prefixed (``db_password``, ``client_secret``); the value
@@ -106,14 +111,22 @@ BUILTIN_PATTERNS: dict[str, str] = {
     # The key may be quoted (JSON) and prefixed (``db_password``, ``client_secret``, ``DB_PASS``);
     # the value is taken whole when quoted, up to a delimiter otherwise. A value that is already a
     # redaction marker is left alone so that passes never stack.
+    # A run of 32 to 128 hex digits (a 128- or 256-bit key) after a key-like name ("API key:",
+    # "hmac_key=", "the api key is", "secret_key <hex>"), with or without ":" or "=": the hex
+    # has no shape of its own, and the same digits without such a name (a digest) stay.
     "secret-assignment": (
         r"(?i)(?<![A-Za-z0-9])"
-        r"(?:password|passwd|(?<=_)pass|(?-i:PASS)|pwd|secret(?:[_-]?key)?|api[_-]?key|token|密码"
+        r"(?:(?:password|passwd|(?<=_)pass|(?-i:PASS)|pwd|secret(?:[_-]?key)?|api[_-]?key|token|密码"
         r"|credentials?|auth[_-]?token|access[_-]?key|private[_-]?key|session[_-]?key"
         r"|signing[_-]?key|encryption[_-]?key)"
         r"[\"']?[ \t]{0,10}[:=：][ \t]{0,10}(?!\[REDACTED:)"
         r"(?:\"(?P<secret>[^\"\n]{1,256})\"|'(?P<secret>[^'\n]{1,256})'"
         r"|(?P<secret>[^\s\"',;]{1,256}))"
+        r"|(?:(?:api|auth|access|secret|private|master|hmac|signing|encryption|license|licence"
+        r"|client|app|session|webhook|account|service|admin|root|shared)[ \t_-]?)?"
+        r"(?:key|token|secret)s?[\"']?"
+        r"(?:[ \t]{0,10}[:=：][ \t]{0,10}|[ \t]{1,10}(?:(?:is|was)[ \t]{1,10}:?[ \t]{0,5})?)"
+        r"[\"']?(?P<secret>[0-9A-Fa-f]{32,128})(?![0-9A-Za-z]))"
     ),
     "email": (
         r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64}@"
@@ -128,10 +141,16 @@ BUILTIN_PATTERNS: dict[str, str] = {
         r"(?<![A-Za-z0-9])(?i:ssn|social[ \t]security(?:[ \t](?:number|no\.?))?)"
         r"[^\d\n]{0,20}?(?P<secret>\d{3}[ -]?\d{2}[ -]?\d{4})(?!\d)"
     ),
-    # Payment card numbers: 13 to 19 digits, spaced or dashed, that pass the Luhn check (the
-    # longest passing prefix is redacted, see the replacer). Major networks start with 2-6, so a
-    # millisecond timestamp (1...) stays.
-    "card-number": r"(?<![\d-])[2-6](?:[ -]?\d){12,18}(?!\d)",
+    # Payment card numbers: 13 to 19 digits, in one run or in groups (the first of four
+    # digits) split by one kind of separator (a space, a dash or a dot, the same all along),
+    # that pass the Luhn check (the longest passing prefix is redacted, see the replacer; in
+    # groups, a prefix of whole groups). Major networks start with 2-6, so a millisecond
+    # timestamp (1...) stays, and dates side by side ("2024-05-20 2024-05-21") change
+    # separators, so they stay too.
+    "card-number": (
+        r"(?<![\d.-])[2-6](?:\d{12,18}|\d{3}(?P<sep>[ .-])\d{1,7}(?:(?P=sep)\d{1,7}){1,8})"
+        r"(?!\d|[.-]\d)"
+    ),
     # Any other long random-looking token (see the check): upper case, lower case and digits
     # mixed with frequent changes between them, such as an AWS secret access key without its key
     # name. Hex digests, UUIDs, upper-case codes, words, paths and file names stay.
@@ -183,6 +202,7 @@ BUILTIN_HINTS: dict[str, tuple[tuple[str, ...], bool]] = {
             "session",
             "signing",
             "encryption",
+            "key",
         ),
         True,
     ),

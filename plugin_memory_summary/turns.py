@@ -5,11 +5,14 @@ request, a stated preference, a confirmed action)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache, lru_cache
 
 from host_stub.messages import Message, text_of, tool_groups
 
+from .hygiene import skeleton
 from .identifiers import extract_identifiers
 from .parsing import carries_instructions
 from .patterns import lazy_regex
@@ -70,6 +73,161 @@ _DATE = lazy_regex(
     rf"|\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?\b"
     r"|\d{4}年\d{1,2}月(?:\d{1,2}[日号])?|\d{1,2}月\d{1,2}[日号]",
 )
+
+# --- what the record never keeps --------------------------------------------------------------
+# Matched in a sentence as a reader sees it (``hygiene.skeleton``: look-alike letters, full-width
+# forms, invisible format characters and HTML character references read as ASCII).
+
+_ROLE_WORDS = (
+    r"(?:system|sys|user|assistant|human|ai|tool|developer|summari[sz]er|系统|用户|助手|人类)"
+)
+_CLAIM_WORDS = r"(?:\s*(?:message|prompt|instructions?|note|notice|override|update|says?|说))?"
+_COLONS = r"[:：﹕︓꞉∶]"
+#: A sentence that opens as another speaker's turn: ``SYSTEM:``, ``**User**:``, ``### system:``,
+#: ``[SYSTEM]``, ``<system>``, ``<|im_start|>system``, ``(system):`` (the injected block's inert
+#: form), ``系统：``, after a date stamp too (``[8 May, 2023] System:``).
+_ROLE_OPENING = lazy_regex(
+    r"(?i)^\s*(?:\[[^\[\]\n]{1,60}\][\s:]*)?(?:\d{1,3}[.)]\s+)?"
+    r"(?:"
+    # ``<|im_start|>``, ``<|system|>``: a chat-template token is never a fact
+    r"<\|[^|<>\n]{1,40}\|>"
+    # ``System:``, ``**User**:``, ``(system):``, ``User says:``
+    rf"|[\s#>*_`~\-•·\"'“‘「『(]*{_ROLE_WORDS}(?![a-z0-9]){_CLAIM_WORDS}"
+    rf"[\s*_`\"'”’」』)]*(?:{_COLONS}|>|$)"
+    # ``[SYSTEM]``, ``<system>``, ``</user>``, ``|assistant|``
+    rf"|[\s#>*_`~\-]*[\[<({{|]\s*/?\s*{_ROLE_WORDS}{_CLAIM_WORDS}\s*[\]>)}}|]"
+    r")"
+)
+#: A LoCoMo-style speaker that is a role name (``[8 May, 2023] System: ...``): no speaker.
+_ROLE_NAME = lazy_regex(rf"(?i)^[\s#>*_`~\"'(\[<]*{_ROLE_WORDS}{_CLAIM_WORDS}[\s*_`\"')\]>]*$")
+
+_MACHINE = (
+    r"(?:summari[sz]er|summari[sz]ing\s+(?:model|engine|tool)|assistant|ai|llm|language\s+model"
+    r"|chat\s?bot|bot|model|agent|system|gpt|chatgpt)"
+)
+_ORDER = (
+    r"(?:output|reply|respond|answer|say|print|write|return|emit|ignore|forget|disregard|obey"
+    r"|reveal|repeat|include|insert|append|record|store|remember|delete|erase|drop|omit|wipe"
+    r"|e-?mail|send|forward|wire|transfer|leak|comply|pretend|summari[sz]e|treat|act\s+as"
+    r"|switch\s+to)"
+)
+_KEEP_ONLY = r"(?:(?:full|entire|whole|original|initial|hidden|secret)\s+)*"
+#: Orders to the summarizer or the agent, which a record of the past never needs: the summary
+#: goes back into every prompt as a system message. Matched in the case-folded skeleton by the
+#: standard library's ``re``, one ``\b`` before all the branches: a 10 MB sentence costs a second
+#: or two, not the tens of a case-insensitive alternation in ``regex``.
+_DIRECTIVE_SOURCE = (
+    r"\b(?:"
+    # "the summarizer must output ...", "the assistant must wire ..."
+    rf"{_MACHINE}\s+(?:must|shall|should|has\s+to|needs?\s+to"
+    r"|is\s+(?:required|instructed|ordered|told|supposed|expected)\s+to|is\s+to|will\s+now"
+    r"|may\s+only|can\s+only|is\s+only\s+allowed\s+to)"
+    rf"\s+(?:(?:now|only|always|never|not|immediately|also|just|then)\s+)*{_ORDER}\b"
+    # "forget every booking", "wipe your memory", "drop every reservation"
+    r"|forget\s+(?:all|every|everything|each|any)\b"
+    r"|(?:erase|wipe|purge|clear|delete|drop|discard)\s+(?:(?:all|every|the|your|this)\s+)+"
+    r"(?:memory|memories|history|summary|summaries|records?|context)\b"
+    r"|(?:delete|drop|remove|omit|erase)\s+(?:every|all)\s+(?:the\s+)?(?:bookings?"
+    r"|reservations?|facts?|records?|entries|orders?|items?)\b"
+    # "in your summary, say ...", "when you summarize this, ...", "note to the AI: ..."
+    r"|(?:in|into|from|to)\s+(?:the|your|this)\s+summary\b"
+    r"|summary\s+(?:must|should|shall|needs?\s+to|has\s+to|may\s+only|can\s+only)\b"
+    r"|(?:when|while|before|after)\s+(?:you\s+)?(?:summari[sz]e|summari[sz]ing"
+    r"|writ(?:e|ing)\s+(?:the|your|a)\s+summary)\b"
+    r"|instead\s+of\s+summari[sz]ing\b|(?:do\s+not|don'?t|never)\s+(?:summari[sz]e|record)\b"
+    rf"|note\s+to\s+(?:the\s+)?{_MACHINE}\b|summari[sz]er\s*[,:!]"
+    # "reveal your system prompt", "developer mode", "ignore everything above"
+    r"|(?:reveal|print|show|repeat|output|leak|dump|display)\s+(?:me\s+|us\s+)?"
+    rf"(?:(?:your|the)\s+{_KEEP_ONLY}(?:system\s+(?:prompt|message)|initial\s+prompt"
+    rf"|hidden\s+(?:prompt|instructions))|your\s+{_KEEP_ONLY}(?:prompt|instructions|rules))\b"
+    r"|your\s+system\s+prompt\b"
+    r"|(?:developer|god|dan|jailbreak|unrestricted|admin|root|sudo)\s+mode\b|jailbreak"
+    r"|(?:ignore|disregard)\s+(?:all|any|every|everything|(?:the\s+)?above"
+    r"|the\s+(?:rules|instructions|system|prompt|transcript|conversation))\b"
+    r"|new\s+(?:rules?|directives?|system\s+(?:prompt|rules?))\s*[:：]"
+    r"|(?:important|urgent|priority|critical)\s+(?:system\s+)?(?:instructions?|directives?"
+    r"|overrides?)\s*[:：]"
+    r")"
+)
+#: The same in Chinese ("总结时只输出", "删除所有预订记录", "忘记所有"), for text with Han.
+_DIRECTIVE_ZH_SOURCE = (
+    r"(?:总结|摘要|记忆)(?:时|中|里)?(?:只|必须|不要|请只)|只(?:输出|回复|回答)"
+    r"|忘记(?:所有|全部|一切|之前)|(?:清除|清空|删除)(?:你的)?(?:记忆|摘要|总结|记录)"
+    r"|(?:删除|清除|清空)(?:所有|全部)(?:的)?(?:预订|记录|订单)"
+    r"|(?:助手|模型|系统|总结器)(?:必须|应该|只能|需要)"
+    r"|(?:显示|透露|告诉我)你的(?:系统提示|指令)"
+)
+#: "reply only with the word PWNED", "output only 'ok'": case matters for the last part (a
+#: code in capitals), so it is matched in the skeleton as it is, and only when the case-folded
+#: text holds its opening (:data:`_VERBATIM_HEAD_SOURCE`).
+_VERBATIM_SOURCE = (
+    r"(?i)\b(?:output|reply|respond|answer|print|say|write|return|emit)\s+(?:only|exactly|just"
+    r"|solely|nothing\s+(?:but|except|other\s+than))\b(?:\s+(?:with|the|this|that|one|a|single)\b)*"
+    r"\s*(?:(?:word|phrase|string|text|token|sentence|letters?)\b|[\"'“‘«]"
+    r"|(?-i:[A-Z0-9][A-Z0-9_-]{3,}\b))"
+)
+_VERBATIM_HEAD_SOURCE = (
+    r"\b(?:output|reply|respond|answer|print|say|write|return|emit)\s+"
+    r"(?:only|exactly|just|solely|nothing)\b"
+)
+
+
+@cache
+def _directive() -> re.Pattern[str]:
+    return re.compile(_DIRECTIVE_SOURCE)
+
+
+@cache
+def _directive_zh() -> re.Pattern[str]:
+    return re.compile(_DIRECTIVE_ZH_SOURCE)
+
+
+@cache
+def _verbatim() -> re.Pattern[str]:
+    return re.compile(_VERBATIM_SOURCE)
+
+
+@cache
+def _verbatim_head() -> re.Pattern[str]:
+    return re.compile(_VERBATIM_HEAD_SOURCE)
+
+
+def _judge(sentence: str) -> bool:
+    if carries_instructions(sentence):
+        return True
+    folded = skeleton(sentence)
+    if _ROLE_OPENING().search(folded) is not None:
+        return True
+    low = folded.casefold()
+    if _directive().search(low) is not None:
+        return True
+    if not low.isascii() and _directive_zh().search(low) is not None:
+        return True
+    if _verbatim_head().search(low) is not None and _verbatim().search(folded) is not None:
+        return True
+    return folded != sentence and carries_instructions(folded)
+
+
+_judged = lru_cache(maxsize=4096)(_judge)
+#: Longer sentences are not kept in that cache (it would keep them alive); the last one is.
+_CACHED_CHARS = 2000
+_last_long: list[tuple[str, bool]] = []
+
+
+def _refused(sentence: str) -> bool:
+    """A sentence the record never keeps, whoever said it: it opens as another speaker's turn (a
+    role header), or it gives the summarizer or the agent orders. The summary goes back into
+    every prompt as a system message; the sentence stays in the archive, where
+    ``memory_search`` quotes it as data."""
+    if len(sentence) <= _CACHED_CHARS:
+        return _judged(sentence)
+    if _last_long and _last_long[0][0] == sentence:
+        return _last_long[0][1]
+    verdict = _judge(sentence)
+    _last_long[:] = [(sentence, verdict)]
+    return verdict
+
+
 _WORD = lazy_regex(r"[\p{L}\p{N}'’]+")
 _LATIN_WORD = lazy_regex(r"[A-Za-z][A-Za-z0-9'\-]{2,}")
 _CJK_RUN = lazy_regex(r"\p{Han}+")
@@ -113,8 +271,13 @@ def _digest(messages: Sequence[Message]) -> list[_Turn]:
             prefix = _LOCOMO_PREFIX().match(text)
             if prefix:
                 turn.when = prefix.group(1).strip()
-                turn.speaker = (prefix.group(2) or "").strip()
-                turn.text = text[prefix.end() :]
+                speaker = (prefix.group(2) or "").strip()
+                if speaker and _ROLE_NAME().match(skeleton(speaker)):
+                    # A role is no speaker: its header stays on the text, which is refused.
+                    turn.text = text[prefix.end(1) + 1 :].lstrip()
+                else:
+                    turn.speaker = speaker
+                    turn.text = text[prefix.end() :]
             turn.sentences = sentences(turn.text)
         if message.role == "assistant" and message.tool_calls:
             by_id = results.get(index, {})
@@ -136,9 +299,10 @@ def _is_ack(sentence: str) -> bool:
 
 
 def _is_substantive(sentence: str) -> bool:
-    # A sentence that instructs the agent is no fact, and the summary goes back in as a system
-    # message: it stays in the archive (``memory_search`` quotes it as data), not in the record.
-    if _is_ack(sentence) or carries_instructions(sentence):
+    # A sentence that instructs the agent or opens as another speaker's turn is no fact, and the
+    # summary goes back in as a system message: it stays in the archive (``memory_search``
+    # quotes it as data), not in the record, the goal or the open questions.
+    if _is_ack(sentence) or _refused(sentence):
         return False
     words = _words(sentence)
     han = sum(len(run) for run in _CJK_RUN().findall(sentence))
@@ -146,7 +310,9 @@ def _is_substantive(sentence: str) -> bool:
 
 
 def _is_question(sentence: str) -> bool:
-    return sentence.rstrip().endswith(("?", "？"))
+    """A question the user asked (an open question when nothing answers it): never one that
+    opens with a role header or gives the model orders (:func:`_refused`)."""
+    return sentence.rstrip().endswith(("?", "？")) and not _refused(sentence)
 
 
 def _overlap_keys(text: str) -> set[str]:

@@ -5,7 +5,9 @@ stand in for the chat model), and the same replays with the offline rules engine
 Per data set: compressions; how many used the model's answer (a digest the rules engine merged
 counts as used; "all answers used" means no fallback at all); why the others fell back, by kind;
 summarizer latency per call; JSON debris in any stored summary (every record is read after every
-compression); and the early facts kept: the demo's 8 early facts in the final summary, and for
+compression); the model's lines kept in the records (its digest sentences, which passed the
+grounding check) and its items left out as ungrounded (not found in what they digest), a sample
+of each; and the early facts kept: the demo's 8 early facts in the final summary, and for
 LoCoMo the evidence words of the QAs whose evidence lies in the first half of the replayed
 messages, in the kept text (summary block + active messages), as bench/retention.py measures.
 
@@ -23,6 +25,7 @@ import sys
 import tempfile
 import time
 import tomllib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,11 +58,17 @@ from host_stub.messages import Message  # noqa: E402
 from host_stub.transcripts import split_turns  # noqa: E402
 from plugin_memory_summary.demo import DEMO_CONFIG, EARLY_FACTS, generate_conversation  # noqa: E402
 from plugin_memory_summary.report.models import CompressionEvent  # noqa: E402
-from plugin_memory_summary.report.reasons import fallback_kinds  # noqa: E402
+from plugin_memory_summary.report.reasons import (  # noqa: E402
+    dropped_items,
+    fallback_kinds,
+    ungrounded_samples,
+)
 from plugin_memory_summary.report.replay import replay_series  # noqa: E402
 
 PLUGIN = "memory-summary"
 SESSION = "bench"
+#: Examples of kept and dropped lines written per run.
+SAMPLES = 5
 
 #: A stored line that is JSON, not text: a ``"key": value`` pair, a line of brackets, a fence,
 #: an escaped line break, an object or list opening mid-line. Independent of the plugin's own
@@ -73,6 +82,24 @@ def debris_lines(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if _DEBRIS.search(line)]
 
 
+#: A model's digest in a record line: after its label (``[#1-16] Summary: ...``, or mid-line
+#: after another speaker's sentence) up to the next speaker's label.
+_MODEL_LINE = re.compile(
+    r"(?:\] |[.!?。！？] )(?:Summary|摘要): "
+    r"(.+?)(?= [A-Z][\w'.-]{0,30}(?: [A-Z][\w'.-]{0,30})?: |$)"
+)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)|(?<=[。！？])")
+
+
+def model_lines(text: str) -> list[str]:
+    """The sentences of a record that a summarizer model wrote (its ``Summary:`` lines)."""
+    found: list[str] = []
+    for line in text.splitlines():
+        for match in _MODEL_LINE.finditer(line):
+            found += [s.strip() for s in _SENTENCE.split(match.group(1)) if s.strip()]
+    return found
+
+
 @dataclass
 class Replay:
     """One replay: its compressions, the debris found in any record it stored, the final
@@ -81,6 +108,8 @@ class Replay:
     label: str
     events: list[CompressionEvent] = field(default_factory=list)
     debris: list[str] = field(default_factory=list)
+    #: The model's sentences found in any record it stored, in the order first seen.
+    model_lines: list[str] = field(default_factory=list)
     summary: str = ""
     kept_text: str = ""
     kept: set[int] = field(default_factory=set)
@@ -98,6 +127,19 @@ class Replay:
     @property
     def latencies(self) -> list[float]:
         return [t for e in self.events for t in e.llm_seconds]
+
+    @property
+    def left_out(self) -> Counter[str]:
+        """Items of the model's answers left out, by kind (``ungrounded``, ``meta-talk``, ...)."""
+        counts: Counter[str] = Counter()
+        for e in self.events:
+            counts.update(dropped_items(e.reason))
+        return counts
+
+    @property
+    def ungrounded(self) -> list[str]:
+        """Examples of the items left out as ungrounded (one per answer that had any)."""
+        return [s for e in self.events for s in ungrounded_samples(e.reason)]
 
 
 def host_config(
@@ -136,9 +178,13 @@ async def replay(label: str, config: HostConfig, messages: list[Message]) -> Rep
         if payload.get("session_id") != SESSION or payload["status"] not in ("done", "error"):
             return
         record = await plugin.show(SESSION)
-        for line in debris_lines(record.text if record is not None else ""):
+        text = record.text if record is not None else ""
+        for line in debris_lines(text):
             if line not in out.debris:
                 out.debris.append(line)
+        for line in model_lines(text):
+            if line not in out.model_lines:
+                out.model_lines.append(line)
 
     host.bus.connect(signals.SESSION_COMPRESSING, on_status)
     started = time.perf_counter()
@@ -163,6 +209,14 @@ async def replay(label: str, config: HostConfig, messages: list[Message]) -> Rep
         await host.stop()
     out.seconds = time.perf_counter() - started
     return out
+
+
+def _sample(lines: list[str], chars: int = 100) -> str:
+    """The first of ``lines``, on one line and cut to ``chars``; ``-`` when there is none."""
+    if not lines:
+        return "-"
+    line = " ".join(lines[0].split())
+    return line if len(line) <= chars else line[: chars - 1] + "…"
 
 
 def row(data: str, r: Replay, facts: str) -> list[Any]:
@@ -252,6 +306,19 @@ async def main() -> None:
             "replay s",
         ],
     )
+    lines_table = Table(
+        "The model's lines: kept in the records, and its items left out as ungrounded (not "
+        "found in the batch they digest, the previous summary or the pinned facts)",
+        [
+            "data",
+            "summarizer",
+            "model lines kept",
+            "left out as ungrounded",
+            "left out otherwise",
+            "a line kept",
+            "an item left out as ungrounded",
+        ],
+    )
     extra: dict[str, Any] = {"runs": {}}
     for data, replays in runs.items():
         for r in replays:
@@ -274,8 +341,24 @@ async def main() -> None:
                 "debris": r.debris,
                 "early_facts": facts,
                 "reasons": [e.reason for e in r.events if e.fallback],
+                "model_lines_kept": len(r.model_lines),
+                "model_lines_sample": r.model_lines[:SAMPLES],
+                "left_out": dict(r.left_out),
+                "ungrounded_left_out": r.left_out["ungrounded"],
+                "ungrounded_sample": r.ungrounded[:SAMPLES],
                 "final_summary": r.summary,
             }
+            if any(e.llm_calls for e in r.events):
+                left = r.left_out
+                lines_table.add(
+                    data,
+                    r.label,
+                    len(r.model_lines),
+                    left["ungrounded"],
+                    sum(left.values()) - left["ungrounded"],
+                    _sample(r.model_lines),
+                    _sample(r.ungrounded),
+                )
     counter = TokenCounter()
     w_context, w_kept = window_final_context(locomo, counter, args.locomo_window)
     window_qa = score_locomo(early, w_context, w_kept)
@@ -302,7 +385,7 @@ async def main() -> None:
     write_results(
         "model_replay",
         "Summaries by a model behind an OpenAI-compatible URL",
-        [table, reasons],
+        [table, reasons, lines_table],
         out=out,
         versions_used=v,
         settings={
@@ -319,6 +402,12 @@ async def main() -> None:
         notes=[
             "Debris lines: lines of a stored summary (read after every compression) that are "
             "JSON rather than text, found by a pattern of the bench's own.",
+            "Model lines kept: the model's digest sentences found in any record stored after a "
+            "compression (each passed the grounding check); left out as ungrounded: items of its "
+            "answers not found in what they digest (a name, number, date or code absent, two "
+            "names no sentence gives together, or too few of their words), counted from the "
+            "runs' reasons; left out otherwise: meta-talk, answers that say nothing, JSON "
+            "fragments, invented identifiers.",
             "LoCoMo early facts: evidence words of the QAs whose evidence lies in the first half "
             "of the replayed messages, present in the kept text (summary block + active "
             "messages) after the last turn.",

@@ -333,6 +333,8 @@ def excerpt_lines(excerpts: Sequence[Excerpt], *, per_line: int = 12) -> list[st
             and len(last) < per_line
             and last[-1].when.strip() == e.when.strip()
             and (e.when.strip() or e.seq - last[-1].seq <= 12)
+            # A summarizer's line keeps the range it digests (its provenance) to itself.
+            and last[-1].to_seq == e.to_seq
         ):
             last.append(e)
         else:

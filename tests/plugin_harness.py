@@ -10,19 +10,33 @@ from typing import Any
 from host_stub.memory.sqlite import SQLiteMemory
 from host_stub.testing import FakeLLM, HostHarness, message_tokens
 from plugin_memory_summary import PLUGIN_NAME, MemorySummaryPlugin
+from plugin_memory_summary.parsing import carries_instructions
 
 
 def json_summary(sent: list[dict[str, Any]]) -> str:
-    """A summarizer that answers valid JSON naming how much transcript it saw."""
+    """A summarizer that answers valid JSON saying only what its transcript said (a grounding
+    check drops what a batch does not say): its digest is the batch's last assistant reply,
+    which the record renders as ``Summary: reply N`` (the rules engine alone never keeps a
+    two-word reply); the identifier it names, ``ORDER-12345``, no message holds."""
     transcript = sent[-1]["content"]
+    replies = [
+        line.split(": ", 1)[1] for line in transcript.splitlines() if line.startswith("assistant: ")
+    ]
+    # Not a reply that gives orders (a hostile conversation's): an answer carrying one is refused.
+    replies = [r for r in replies if not carries_instructions(r)]
+    last = replies[-1] if replies else "no reply"
     return json.dumps(
         {
-            "summary": f"Summary of {transcript.count(chr(10))} transcript lines.",
+            "summary": last,
             "conversation_goal": "test goal",
-            "stable_facts": ["fact A"],
+            "stable_facts": [last],
             "identifiers": ["ORDER-12345"],
         }
     )
+
+
+#: What :func:`json_summary`'s answer puts in the record.
+MODEL_DIGEST = "Summary: reply"
 
 
 class Harness(HostHarness):

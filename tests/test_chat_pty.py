@@ -25,7 +25,10 @@ WAIT_S = 60.0
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
 
-SUMMARY = "Lena grows a tomato plant called Rosa on her balcony and waters it every morning."
+#: Says only what the chat said (a grounding check drops an answer's invented claims). Its
+#: goal, shown as the summary's goal, tells that the model's answer was used.
+SUMMARY = "The user has a tomato plant called Rosa."
+GOAL = "talk about the tomato plant Rosa"
 
 
 def _reply(body: dict[str, Any]) -> Any:
@@ -36,7 +39,7 @@ def _reply(body: dict[str, Any]) -> Any:
     return json.dumps(
         {
             "summary": SUMMARY,
-            "conversation_goal": "talk about Lena's garden",
+            "conversation_goal": GOAL,
             "stable_facts": ["the tomato plant is called Rosa"],
             "identifiers": [],
         }
@@ -172,7 +175,7 @@ def test_chat_in_a_terminal_streams_summarizes_and_clears(
         shown = term.expect("you> ")
         assert "[memory: 2 messages summarized, tokens " in shown, shown
         term.send("/summary")
-        assert SUMMARY in term.expect("you> ")
+        assert f"Goal: {GOAL}" in term.expect("you> ")
         # The summarized messages are archived, and /search still finds them.
         term.send("/search tomato Rosa")
         shown = term.expect("you> ")
@@ -211,7 +214,7 @@ def test_chat_in_a_terminal_streams_summarizes_and_clears(
     assert len(chat_calls) == 6 and summarizer_calls
     # After /compress the model gets the summary, not the summarized messages.
     later = chat_calls[2]["messages"]
-    assert any(SUMMARY in str(m["content"]) for m in later if m["role"] == "system")
+    assert any(GOAL in str(m["content"]) for m in later if m["role"] == "system")
     assert not any(m["content"] == "My tomato plant is called Rosa" for m in later)
 
 

@@ -62,9 +62,10 @@ INVENTS = json.dumps(
 def first_answer(sent: list[dict[str, Any]]) -> str:
     return json.dumps(
         {
+            # Only what its batch (the first two turns) says: the seat is booked later.
             "summary": "The traveller (booking K7XQ2M, allergic to peanuts) flies Lisbon to "
-            "Oslo on 12 June 2024, window seat 14A.",
-            "user_profile": ["Allergic to peanuts", "Prefers a window seat"],
+            "Oslo on 12 June 2024.",
+            "user_profile": ["Allergic to peanuts"],
         }
     )
 
@@ -97,8 +98,10 @@ async def test_a_plain_prose_answer_is_used() -> None:
     assert result["stats"]["fallback"] is None
     # The prose is on the record as the summarizer's digest (next to the first answer's, when
     # the summary's budget has room for both).
+    # Each digest line keeps the range it speaks for (its provenance).
     digest = [line for line in text.splitlines() if "] Summary: The traveller" in line]
-    assert digest and "The traveller, booking K7XQ2M, flies Lisbon to Oslo" in digest[0]
+    assert any("The traveller, booking K7XQ2M, flies Lisbon to Oslo" in line for line in digest)
+    assert [line.split("]")[0] for line in digest] == ["- [#1-4", "- [#5-11"]
     for fact in EARLY_FACTS:
         assert fact in text, fact
 

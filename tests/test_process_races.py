@@ -219,7 +219,7 @@ def test_clear_during_compress_the_summary_never_comes_back(point: str, tmp_path
         row = procs.summary_row(db, SESSION)
         assert row is not None and row[0] is None and row[2] == 1, row
         dump = procs.raw(db, "SELECT namespace, key, value FROM metadata")
-        for needle in (SEED_CANARY, "ORDER-12345", "fact A"):
+        for needle in (SEED_CANARY, "ORDER-12345", "Summary: reply"):
             assert needle not in repr(dump), f"{needle} left in the metadata table: {dump}"
         # The cleared epoch has nothing archived as summarized, and a later compression of the
         # new epoch summarizes only the new epoch.

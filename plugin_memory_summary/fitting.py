@@ -29,6 +29,7 @@ __all__ = [
     "identifier_parts",
     "PayloadFitter",
     "render_payload",
+    "unique_entries",
     "unsaid_identifiers",
 ]
 
@@ -126,8 +127,8 @@ def apply_caps(payload: SummaryPayload, caps: PayloadCaps) -> SummaryPayload:
         conversation_goal=cut_text(
             collapse_whitespace(payload.conversation_goal), caps.goal_chars, marker_counts=True
         ),
-        ledger=_unique_entries(payload.ledger),
-        lookups=_unique_entries(payload.lookups),
+        ledger=unique_entries(payload.ledger),
+        lookups=unique_entries(payload.lookups),
         in_progress_tasks=tasks[-n:],
         timeline=list(reversed(timeline[: caps.timeline_items])),
         identifiers=kept,
@@ -138,8 +139,9 @@ def apply_caps(payload: SummaryPayload, caps: PayloadCaps) -> SummaryPayload:
     )
 
 
-def _unique_entries(entries: list[LedgerEntry]) -> list[LedgerEntry]:
-    """Ledger entries in seq order, each call once (the same call merged twice is one)."""
+def unique_entries(entries: list[LedgerEntry]) -> list[LedgerEntry]:
+    """Ledger entries in seq order, each call once, as first recorded (the same call merged
+    twice is one)."""
     seen: dict[tuple[int, str, str], LedgerEntry] = {}
     for entry in entries:
         seen.setdefault((entry.seq, entry.tool, entry.entity), entry)

@@ -18,7 +18,7 @@ from host_stub.messages import Message
 
 from .config import PayloadCaps
 from .excerpts import content_keys, select_excerpts, split_long
-from .fitting import apply_caps, fit_lines, fit_to_budget, render_payload, says
+from .fitting import apply_caps, fit_lines, fit_to_budget, render_payload, says, unique_entries
 from .identifiers import extract_identifiers
 from .ledger import DEFAULT_READ_ONLY_TOOLS, ledger_entries
 from .ledger_text import ledger_lines, lookup_lines
@@ -299,11 +299,13 @@ def rules_merge(
     tasks = [InProgressTask(goal=task_goal, todo=open_questions)] if open_questions else []
     actions = ledger_entries(messages, read_only_tools)
     # Every action is said again as fully as the budget now allows (``LedgerEntry.level``).
-    ledger = _merge_entries(
-        [e.model_copy(update={"level": 0}) for e in prev.ledger],
-        [e for e in actions if not e.read_only],
+    ledger = unique_entries(
+        [
+            *(e.model_copy(update={"level": 0}) for e in prev.ledger),
+            *(e for e in actions if not e.read_only),
+        ]
     )
-    lookups = _merge_entries(prev.lookups, [e for e in actions if e.read_only])
+    lookups = unique_entries([*prev.lookups, *(e for e in actions if e.read_only)])
 
     new = [*_new_excerpts(turns, caps, lang), *digest]
     # Everything but the identifiers and the record, as it will be rendered.
@@ -452,13 +454,6 @@ def _said_identifiers(payload: SummaryPayload, lang: str) -> SummaryPayload:
     return payload.model_copy(
         update={"identifiers": kept, "identifier_sources": group_sources(kept, sources)}
     )
-
-
-def _merge_entries(old: list[LedgerEntry], new: list[LedgerEntry]) -> list[LedgerEntry]:
-    """The previous entries, then the batch's; a call merged again (same seq, tool and entity)
-    is kept once, as first recorded."""
-    seen = {(e.seq, e.tool, e.entity) for e in old}
-    return [*old, *(e for e in new if (e.seq, e.tool, e.entity) not in seen)]
 
 
 def identifier_sources_by(sources: dict[str, str], source: str) -> list[str]:

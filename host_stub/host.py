@@ -82,6 +82,17 @@ class MemoryMessageArchive:
 
 
 @dataclass
+class PreparedCall:
+    """A prompt :meth:`Host.prepare_call` built: the messages to send, for each of them the
+    stored history message it stands for (``None`` for what the host or a plugin added: the
+    system prompt, a summary block), and the measured usage."""
+
+    prompt: list[dict[str, Any]]
+    sources: list[Message | None]
+    usage: signals.TokenUsage
+
+
+@dataclass
 class TurnResult:
     session_id: str
     outcome: str
@@ -413,11 +424,17 @@ class Host:
         return snap, prompt, usage, view
 
     async def _build(
-        self, session_id: str, *, dry_run: bool = False, take_fresh: bool = True
+        self,
+        session_id: str,
+        *,
+        dry_run: bool = False,
+        take_fresh: bool = True,
+        sources: dict[int, Message] | None = None,
     ) -> tuple[Snapshot, list[dict[str, Any]], signals.TokenUsage, PromptView, dict[int, int]]:
         """:meth:`build_prompt`, and the token counts the history's messages carry, by the id of
         the message sent (see :func:`~host_stub.prompt.assemble_prompt`). ``take_fresh``: the
-        snapshot an append read for the coming model call may be used (and is then used up)."""
+        snapshot an append read for the coming model call may be used (and is then used up).
+        ``sources``: filled with the history message each sent history message stands for."""
         fresh = self._fresh.pop(session_id, None) if take_fresh else None
         if fresh is not None and fresh[0] == self._writes.of(session_id):
             snap = fresh[1]
@@ -476,22 +493,30 @@ class Host:
             shown,
             merge_system_messages=self.config.host.merge_system_messages,
             stored_counts=stored,
+            sources=sources,
         )
         return snap, prompt, usage, view, stored
 
-    async def _prepare_call(self, session_id: str, result: TurnResult) -> list[dict[str, Any]]:
+    async def _prepare_call(
+        self,
+        session_id: str,
+        result: TurnResult,
+        sources: dict[int, Message] | None = None,
+    ) -> list[dict[str, Any]]:
         """Measure, let plugins act before the call, rebuild once if the history changed: if
         anything wrote to the session through this host's store while the hook ran (a blocking
         compression), the snapshot is read again and compared."""
         self._preparing.add(session_id)
         try:
-            return await self._prepare(session_id, result)
+            return await self._prepare(session_id, result, sources)
         finally:
             self._preparing.discard(session_id)
 
-    async def _prepare(self, session_id: str, result: TurnResult) -> list[dict[str, Any]]:
+    async def _prepare(
+        self, session_id: str, result: TurnResult, sources: dict[int, Message] | None = None
+    ) -> list[dict[str, Any]]:
         writes = self._writes.of(session_id)
-        snap, prompt, usage, view, stored = await self._build(session_id)
+        snap, prompt, usage, view, stored = await self._build(session_id, sources=sources)
         usage, tokens = self._with_reuse(session_id, prompt, usage, stored)
         await self.bus.send(signals.TOKEN_USAGE, usage)
         result.usage.append(usage)
@@ -499,7 +524,9 @@ class Host:
         if self._writes.of(session_id) != writes:
             again = await self._store(self.memory.snapshot(session_id))
             if snapshot_key(again) != snapshot_key(snap):
-                snap, prompt, usage, view, stored = await self._build(session_id)
+                if sources is not None:
+                    sources.clear()
+                snap, prompt, usage, view, stored = await self._build(session_id, sources=sources)
                 usage, tokens = self._with_reuse(session_id, prompt, usage, stored, rebuilt=True)
                 await self.bus.send(signals.TOKEN_USAGE, usage)
                 result.usage.append(usage)
@@ -782,6 +809,50 @@ class Host:
                 final = item
         assert final is not None
         return final
+
+    # -- an agent loop this host does not run ------------------------------------------------
+    async def record(
+        self, session_id: str, messages: Sequence[Message], *, call_follows: bool = True
+    ) -> list[Message]:
+        """Store messages of an agent loop run elsewhere (an agent framework's own loop), as a
+        turn of :meth:`run_turn` stores its own: checked first (nothing is stored when one is
+        rejected), then appended in one write. ``call_follows``: a model call of the session
+        comes next (:meth:`prepare_call`), so a store that can reads its snapshot with the
+        append."""
+        check_session_id(session_id)
+        limit = self.config.host.max_message_chars
+        for message in messages:
+            check_message(message, limit)
+        if not messages:
+            return []
+        return await self._append(session_id, messages, call_follows=call_follows)
+
+    async def prepare_call(self, session_id: str) -> PreparedCall:
+        """The prompt for a model call an outside agent loop is about to make: built from the
+        stored history, measured, and with the plugins' ``before_model_call`` done (a blocking
+        compression among them), exactly as a turn of :meth:`run_turn` prepares its calls."""
+        check_session_id(session_id)
+        result = TurnResult(session_id=session_id, outcome="silent")
+        by_id: dict[int, Message] = {}
+        prompt = await self._prepare_call(session_id, result, by_id)
+        return PreparedCall(
+            prompt=prompt,
+            sources=[by_id.get(id(m)) for m in prompt],
+            usage=result.usage[-1],
+        )
+
+    async def end_turn(
+        self,
+        session_id: str,
+        *,
+        user: Message | None = None,
+        reply: Message | None = None,
+        outcome: str = "replied",
+    ) -> None:
+        """An outside agent loop's turn ended: plugins hear ``agent:turn-after`` as after a
+        turn of :meth:`run_turn` (the stored user message and reply, when known)."""
+        result = TurnResult(session_id=session_id, outcome=outcome, reply=reply)
+        await self._turn_after(session_id, user, result)
 
     # -- user actions ------------------------------------------------------------------------
     async def clear(self, session_id: str | None, types: list[str] | None = None) -> dict[str, Any]:

@@ -86,6 +86,7 @@ def assemble_prompt(
     *,
     merge_system_messages: bool = False,
     stored_counts: dict[int, int] | None = None,
+    sources: dict[int, Message] | None = None,
 ) -> list[dict[str, Any]]:
     """The messages sent to the model: identity, the static system prompt, knowledge
     contributions, the history's leading system messages, context contributions (the static
@@ -99,7 +100,9 @@ def assemble_prompt(
 
     ``stored_counts``, when given, is filled with ``id(sent message) -> tokens`` for each history
     message sent as it is, from the count it carries (stored at append, or taken again by
-    :func:`apply_replacements`): the caller need not count those again."""
+    :func:`apply_replacements`): the caller need not count those again. ``sources``, when given,
+    is filled with ``id(sent message) -> history message`` for each history message sent (an
+    outside agent loop maps the prompt back to its own message objects)."""
     items = dedupe_contributions(contributions)
     by_anchor: dict[str, list[str]] = {a: [] for a in ANCHORS}
     for item in items:
@@ -108,6 +111,10 @@ def assemble_prompt(
     static = [text for text in static if text]
     context = [text for text in by_anchor["context"] if text]
     body = [m.to_openai() for m in history if not m.is_marker]
+    if sources is not None:
+        sources.update(
+            (id(w), m) for w, m in zip(body, [m for m in history if not m.is_marker], strict=True)
+        )
     if stored_counts is not None:
         sent = [m for m in history if not m.is_marker]
         stored_counts.update(

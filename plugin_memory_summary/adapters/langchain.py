@@ -1,0 +1,258 @@
+"""The memory as a LangChain v1 middleware: ``create_agent(..., middleware=[MemoryMiddleware(m)])``.
+
+Before each model call the middleware mirrors the agent's messages into the memory's store (by
+each message's LangChain id) and replaces what the model sees with the memory's prompt: the
+summary block, old tool output as placeholders, the kept tail. The agent's own state (its
+checkpointer's thread) is never changed: nothing is removed from it and no state update is
+returned. The thread id of the run (``config["configurable"]["thread_id"]``) is the memory's
+session id. At the end of a run the final messages are stored and the plugin may compress in the
+background. The tools ``memory_search`` and ``memory_expand`` are the middleware's own tools.
+
+Needs the ``langchain`` extra: ``pip install 'plugin-memory-summary[langchain]'``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from langchain.agents.middleware.types import (
+    AgentMiddleware,
+    AgentState,
+    ModelCallResult,
+    ModelRequest,
+    ModelResponse,
+)
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    ToolMessage,
+    convert_to_messages,
+    convert_to_openai_messages,
+)
+from langchain_core.messages.tool import default_tool_parser
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.config import get_config
+from langgraph.runtime import Runtime
+
+from host_stub.messages import Message, ToolCall, ToolCallFunction
+
+from ._runtime import SOURCE_ID, AgentMemory, MemoryTool, PromptItem
+
+__all__ = ["MemoryMiddleware", "from_prompt", "message_id", "to_memory"]
+
+#: The prefix of an id derived for a message that has none (see :func:`message_id`).
+DERIVED_PREFIX = "lc-derived-"
+
+_NO_THREAD = (
+    "MemoryMiddleware needs a thread id: invoke the agent with "
+    "config={'configurable': {'thread_id': '...'}}"
+)
+
+
+# -- mapping ---------------------------------------------------------------------------------------
+def message_id(message: BaseMessage, anchor: str, ordinal: int) -> str:
+    """The message's LangChain id; for a message without one, a stable id derived from the id
+    of the nearest earlier message that has one (``anchor``), its place after that message, its
+    type and its content. LangGraph's reducer gives every message of the agent's state an id:
+    only a message added to the request lacks one (a result ``create_agent`` adds for a tool
+    call with malformed arguments, which it also writes to the state; another middleware's)."""
+    if message.id:
+        return str(message.id)
+    key = json.dumps(
+        [anchor, ordinal, message.type, message.content, getattr(message, "tool_call_id", None)],
+        sort_keys=True,
+        default=str,
+    )
+    return DERIVED_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+def _ids(messages: Sequence[BaseMessage]) -> list[str]:
+    ids, anchor, ordinal = [], "", 0
+    for message in messages:
+        if message.id:
+            anchor, ordinal = str(message.id), 0
+        else:
+            ordinal += 1
+        ids.append(message_id(message, anchor, ordinal))
+    return ids
+
+
+def _to_message(message: BaseMessage, source_id: str) -> Message:
+    data = convert_to_openai_messages(message)
+    assert isinstance(data, dict)
+    calls = [
+        ToolCall(
+            id=str(c["id"]),
+            function=ToolCallFunction(
+                name=c["function"]["name"], arguments=c["function"].get("arguments") or ""
+            ),
+        )
+        for c in data.get("tool_calls") or []
+    ]
+    if isinstance(message, AIMessage):  # a call with malformed arguments is a call all the same
+        calls += [
+            ToolCall(
+                id=str(c["id"]),
+                function=ToolCallFunction(
+                    name=c.get("name") or "unknown", arguments=c["args"] or ""
+                ),
+            )
+            for c in message.invalid_tool_calls
+            if c.get("id")
+        ]
+    content = data.get("content")
+    if calls and not content:
+        content = None  # an assistant message that only calls tools
+    return Message(
+        role=data["role"],
+        content=content,
+        tool_calls=calls or None,
+        tool_call_id=data.get("tool_call_id"),
+        name=data.get("name"),
+        metadata={SOURCE_ID: source_id},
+    )
+
+
+def to_memory(messages: Sequence[BaseMessage]) -> list[Message]:
+    """The agent's messages as the memory stores them (OpenAI format, the LangChain id in
+    ``metadata["source_id"]``). A message without an id gets its derived one
+    (:func:`message_id`) set on it, so that, written to the state, it keeps that id."""
+    ids = _ids(messages)
+    for message, source_id in zip(messages, ids, strict=True):
+        if not message.id:
+            message.id = source_id
+    return [_to_message(m, i) for m, i in zip(messages, ids, strict=True)]
+
+
+def _from_dict(data: dict[str, Any]) -> BaseMessage:
+    if data.get("role") == "assistant" and data.get("tool_calls"):
+        calls, invalid = default_tool_parser(data["tool_calls"])
+        return AIMessage(
+            content=data.get("content") or "",
+            tool_calls=calls,
+            invalid_tool_calls=invalid,
+            name=data.get("name"),
+        )
+    return convert_to_messages([data])[0]
+
+
+def from_prompt(items: Sequence[PromptItem], messages: Sequence[BaseMessage]) -> list[AnyMessage]:
+    """The memory's prompt as LangChain messages: an unchanged item is the agent's own message
+    object (found by its id among ``messages``); a changed one (a tool output shown as a
+    placeholder), an added one (the summary block) or a stored one the agent's state no longer
+    holds (a thread resumed after a restart) is built from the OpenAI dict, keeping its id and,
+    for a tool result, its ``tool_call_id`` and name."""
+    originals = dict(zip(_ids(messages), messages, strict=True))
+    out: list[AnyMessage] = []
+    for item in items:
+        original = originals.get(item.source_id) if item.source_id else None
+        if original is not None and not item.changed:
+            out.append(original)  # type: ignore[arg-type]
+            continue
+        built = _from_dict(item.message)
+        if isinstance(original, ToolMessage) and isinstance(built, ToolMessage):
+            built.name = original.name
+        if item.source_id:
+            built.id = item.source_id
+        out.append(built)  # type: ignore[arg-type]
+    return out
+
+
+# -- the thread id ---------------------------------------------------------------------------------
+def _thread_from_config(config: Any) -> str:
+    thread = ((config or {}).get("configurable") or {}).get("thread_id")
+    if thread is None or str(thread) == "":
+        raise ValueError(_NO_THREAD)
+    return str(thread)
+
+
+def _thread_id(runtime: Runtime[Any] | None) -> str:
+    info = getattr(runtime, "execution_info", None)
+    if info is not None and info.thread_id:
+        return str(info.thread_id)
+    try:
+        config = get_config()
+    except RuntimeError:
+        config = None
+    return _thread_from_config(config)
+
+
+# -- the middleware --------------------------------------------------------------------------------
+class MemoryMiddleware(AgentMiddleware):
+    """The plugin's memory for a LangChain v1 agent (see the module docstring).
+
+    ``memory`` is a started :class:`AgentMemory` (its tools are read here). ``memory_tools``:
+    give the agent ``memory_search`` and ``memory_expand`` (default ``True``)."""
+
+    def __init__(self, memory: AgentMemory, *, memory_tools: bool = True) -> None:
+        super().__init__()
+        self.memory = memory
+        self.tools: Sequence[BaseTool] = (
+            [self._tool(t) for t in memory.tools()] if memory_tools else []
+        )
+
+    def _tool(self, spec: MemoryTool) -> BaseTool:
+        memory, name = self.memory, spec.name
+
+        def run(**arguments: Any) -> str:
+            return memory.call_tool(_thread_id(None), name, arguments)
+
+        async def arun(**arguments: Any) -> str:
+            return await memory.acall_tool(_thread_id(None), name, arguments)
+
+        return StructuredTool.from_function(
+            func=run,
+            coroutine=arun,
+            name=name,
+            description=spec.description,
+            args_schema=spec.parameters,
+        )
+
+    # -- model calls -----------------------------------------------------------------------------
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelCallResult[Any]:
+        thread = _thread_id(request.runtime)
+        items = self.memory.prompt(thread, to_memory(request.messages))
+        return handler(request.override(messages=from_prompt(items, request.messages)))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelCallResult[Any]:
+        thread = _thread_id(request.runtime)
+        items = await self.memory.aprompt(thread, to_memory(request.messages))
+        return await handler(request.override(messages=from_prompt(items, request.messages)))
+
+    # -- the end of a run ------------------------------------------------------------------------
+    def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        self.memory.end_turn(_thread_id(runtime), to_memory(state["messages"]))
+        return None
+
+    async def aafter_agent(
+        self, state: AgentState[Any], runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        await self.memory.aend_turn(_thread_id(runtime), to_memory(state["messages"]))
+        return None
+
+    # -- user actions ----------------------------------------------------------------------------
+    def clear(self, thread_id: str, checkpointer: Any = None) -> None:
+        """Forget the thread: its stored history, summary and archive, and the checkpointer's
+        thread when one is given (``agent.checkpointer``); a thread left in the checkpointer is
+        mirrored into the memory again at its next run."""
+        if checkpointer is not None:
+            checkpointer.delete_thread(thread_id)
+        self.memory.clear(thread_id)
+
+    async def aclear(self, thread_id: str, checkpointer: Any = None) -> None:
+        """:meth:`clear` for an async caller."""
+        if checkpointer is not None:
+            await checkpointer.adelete_thread(thread_id)
+        await self.memory.aclear(thread_id)

@@ -138,6 +138,9 @@ class Host:
         self._turn_waits = TurnWaits()
         self._preparing: set[str] = set()
         self._tool_def_tokens: int | None = None
+        #: Per session, the tokens an outside agent loop sends besides the history (its own
+        #: system prompt, its own tools' definitions): see :meth:`prepare_call`.
+        self._outside: dict[str, tuple[int, int]] = {}
         #: Names of the tools plugins added through ``agent_tools``.
         self.plugin_tools: set[str] = set()
         #: Per session, the last prompt the agent loop sent (see ``TokenUsage.reused_tokens``).
@@ -458,6 +461,7 @@ class Host:
         )
         shown = await self._pruned(base, history)
         contributions = await self._collect_contributions(base)
+        outside = self._outside.get(session_id, (0, 0))
         if self._system_tokens is None:
             self._system_tokens = self.count_text(self.config.host.system_prompt)
         if self._tool_def_tokens is None:
@@ -466,8 +470,8 @@ class Host:
         breakdown = history_breakdown(
             shown,
             contributions,
-            system_tokens=self._system_tokens,
-            tool_def_tokens=self._tool_def_tokens,
+            system_tokens=self._system_tokens + outside[0],
+            tool_def_tokens=self._tool_def_tokens + outside[1],
             reserved_for_reply=round(self.config.host.reserve_for_reply / ratio),
             count_text=self.counts.contribution,
         )
@@ -608,7 +612,8 @@ class Host:
         self._last_sent[session_id] = SentPrompt(prompt, tokens, chars)
         self._last_sent_chars += chars
         while self._last_sent_chars > LAST_PROMPTS_CHARS and len(self._last_sent) > 1:
-            _, evicted = self._last_sent.popitem(last=False)
+            gone, evicted = self._last_sent.popitem(last=False)
+            self._outside.pop(gone, None)  # its next prepare_call says it again
             self._last_sent_chars -= evicted.chars
 
     async def _store(self, call: Awaitable[_T]) -> _T:
@@ -827,11 +832,20 @@ class Host:
             return []
         return await self._append(session_id, messages, call_follows=call_follows)
 
-    async def prepare_call(self, session_id: str) -> PreparedCall:
+    async def prepare_call(
+        self, session_id: str, *, system_tokens: int = 0, tool_def_tokens: int = 0
+    ) -> PreparedCall:
         """The prompt for a model call an outside agent loop is about to make: built from the
         stored history, measured, and with the plugins' ``before_model_call`` done (a blocking
-        compression among them), exactly as a turn of :meth:`run_turn` prepares its calls."""
+        compression among them), exactly as a turn of :meth:`run_turn` prepares its calls.
+        ``system_tokens`` and ``tool_def_tokens``: what the loop sends besides this prompt (its
+        own system prompt and tool definitions), counted in the session's usage from now on
+        (the prompts built for it in the background too)."""
         check_session_id(session_id)
+        if system_tokens or tool_def_tokens:
+            self._outside[session_id] = (system_tokens, tool_def_tokens)
+        else:
+            self._outside.pop(session_id, None)
         result = TurnResult(session_id=session_id, outcome="silent")
         by_id: dict[int, Message] = {}
         prompt = await self._prepare_call(session_id, result, by_id)

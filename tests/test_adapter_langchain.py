@@ -313,3 +313,59 @@ def test_the_docs_quick_start_runs(
         assert {"memory_search", "memory_expand"} <= {t["function"]["name"] for t in first["tools"]}
     assert "ALPHA-42" in capsys.readouterr().out
     assert (tmp_path / "agent-memory.db").exists()
+
+
+def test_the_budget_counts_the_agents_system_prompt_and_tools() -> None:
+    """What create_agent sends besides the memory's prompt (its system prompt, its own tools'
+    schemas) is counted in the usage that decides a compression."""
+    from typing import Any
+
+    from adapter_contract import ContractServer
+    from langchain.agents import create_agent
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    from plugin_memory_summary.adapters import AgentMemory
+    from plugin_memory_summary.adapters.langchain import MemoryMiddleware
+
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up in the very large reference catalogue of keys and their values."""
+        return key
+
+    seen: list[Any] = []
+    long_prompt = "You are a test agent with many careful rules. " * 40
+    with ContractServer() as server:
+        memory = AgentMemory(
+            "memory://",
+            model="openai/fake-agent",
+            api_base=server.base_url,
+            api_key="test",
+            context_window=100_000,
+        ).start()
+        try:
+
+            async def on_usage(sender: Any, **payload: Any) -> None:
+                seen.append(payload["breakdown"])
+
+            memory.host.bus.connect("token:usage", on_usage)
+            model = ChatOpenAI(model="fake-agent", base_url=server.base_url, api_key="test")
+            for n, (prompt, tools) in enumerate(
+                [("short", [lookup]), (long_prompt, [lookup]), ("short", [])]
+            ):
+                agent = create_agent(
+                    model, tools, system_prompt=prompt, middleware=[MemoryMiddleware(memory)]
+                )
+                agent.invoke(
+                    {"messages": [("user", "hello")]}, {"configurable": {"thread_id": f"t-{n}"}}
+                )
+        finally:
+            memory.close()
+    short, long, bare = seen
+    assert long.system - short.system >= memory_count(long_prompt) - 5
+    assert long.tool_defs == short.tool_defs > bare.tool_defs > 0  # the memory's own two
+
+
+def memory_count(text: str) -> int:
+    """Roughly the tokens of ``text`` (litellm's default counter is near four characters each)."""
+    return len(text) // 6

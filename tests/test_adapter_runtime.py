@@ -185,3 +185,38 @@ def test_a_config_error_raises_at_start() -> None:
     with pytest.raises(Exception, match="nope"):
         memory.start()
     assert memory._thread is None
+
+
+async def test_prepare_call_counts_what_the_outside_loop_sends_besides_the_prompt() -> None:
+    """An agent framework sends its own system prompt and tool definitions with the memory's
+    prompt: the usage that decides compressions counts them (issue 34)."""
+    async with AgentMemory(
+        "memory://", model="gpt-4o-mini", context_window=4000, llm=FakeLLM()
+    ) as memory:
+        host = memory.host
+        seen: list[Any] = []
+
+        async def on_usage(sender: Any, **payload: Any) -> None:
+            seen.append(payload)
+
+        host.bus.connect("token:usage", on_usage)
+        await memory.aprompt("s", [_user(1, "hello")])
+        system = "You are a careful travel agent. " * 20
+        tools = [LOOKUP_DEF] * 5
+        await memory.aprompt("s", [_user(2, "again")], system=system, tools=tools)
+        bare, counted = seen[0]["breakdown"], seen[1]["breakdown"]
+        assert counted.system == bare.system + host.count_text(system)
+        assert counted.tool_defs == bare.tool_defs + host.count_text(
+            json.dumps(tools, sort_keys=True)
+        )
+        assert seen[1]["used"] > seen[0]["used"] + host.count_text(system)
+
+
+async def test_prepare_call_names_the_stored_message_behind_each_sent_one() -> None:
+    async with AgentMemory("memory://", model="gpt-4o-mini", llm=FakeLLM()) as memory:
+        host = memory.host
+        await host.record("s", [_user(1, "first"), _user(2, "second")])
+        prepared = await host.prepare_call("s")
+        assert [m["content"] for m in prepared.prompt] == ["first", "second"]
+        assert [s.metadata[SOURCE_ID] for s in prepared.sources if s] == ["u1", "u2"]
+        assert prepared.usage.session_id == "s"

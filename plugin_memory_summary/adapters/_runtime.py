@@ -119,6 +119,8 @@ class AgentMemory:
         self._seen: OrderedDict[str, set[str]] = OrderedDict()
         self._session_locks: dict[str, asyncio.Lock] = {}
         self._calls = itertools.count(1)
+        #: The last system prompt and tool definitions counted, with their tokens.
+        self._outside_counts: dict[str, tuple[str, int]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
     @property
@@ -194,17 +196,34 @@ class AgentMemory:
         return await asyncio.wrap_future(self._submit(coro))
 
     # -- the agent loop --------------------------------------------------------------------------
-    def prompt(self, session_id: str, messages: Sequence[Message]) -> list[PromptItem]:
+    def prompt(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        system: str | None = None,
+        tools: Sequence[Mapping[str, Any]] = (),
+    ) -> list[PromptItem]:
         """Store what of ``messages`` is new (by ``metadata["source_id"]``), then build the
         prompt for the model call that follows: see :meth:`aprompt`."""
-        return self._run(self._prompt(session_id, messages))
+        return self._run(self._prompt(session_id, messages, system, tools))
 
-    async def aprompt(self, session_id: str, messages: Sequence[Message]) -> list[PromptItem]:
+    async def aprompt(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        system: str | None = None,
+        tools: Sequence[Mapping[str, Any]] = (),
+    ) -> list[PromptItem]:
         """Store what of ``messages`` (the framework's whole conversation, or its new tail) is
         new, then build the prompt for the model call that follows, with the plugin's work before
-        a call done (a compression when the hard watermark is passed). The framework's own
-        system prompt is not in it: the adapter sends its own first."""
-        return await self._arun(self._prompt(session_id, messages))
+        a call done (a compression when the hard watermark is passed).
+
+        The framework's own system prompt is not in it: the adapter sends its own first, and
+        passes its text as ``system`` and its own tools' definitions (OpenAI format, the memory's
+        tools left out) as ``tools``, so the budget counts what the call really sends."""
+        return await self._arun(self._prompt(session_id, messages, system, tools))
 
     def add(self, session_id: str, messages: Sequence[Message]) -> int:
         """Store what of ``messages`` is new; return how many were stored."""
@@ -315,9 +334,30 @@ class AgentMemory:
             seen.update(ids)
             return len(new)
 
-    async def _prompt(self, session_id: str, messages: Sequence[Message]) -> list[PromptItem]:
+    def _count_outside(self, key: str, text: str) -> int:
+        """Tokens of a text the framework sends besides the prompt, counted once per text."""
+        cached = self._outside_counts.get(key)
+        if cached is not None and cached[0] == text:
+            return cached[1]
+        tokens = self.host.count_text(text) if text else 0
+        self._outside_counts[key] = (text, tokens)
+        return tokens
+
+    async def _prompt(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        system: str | None = None,
+        tools: Sequence[Mapping[str, Any]] = (),
+    ) -> list[PromptItem]:
         await self._add(session_id, messages, call_follows=True)
-        prepared = await self.host.prepare_call(session_id)
+        prepared = await self.host.prepare_call(
+            session_id,
+            system_tokens=self._count_outside("system", system or ""),
+            tool_def_tokens=self._count_outside(
+                "tools", json.dumps(list(tools), sort_keys=True, default=str) if tools else ""
+            ),
+        )
         items = []
         for sent, source in zip(prepared.prompt, prepared.sources, strict=True):
             source_id = source.metadata.get(SOURCE_ID) if source is not None else None

@@ -35,6 +35,7 @@ from langchain_core.messages import (
 )
 from langchain_core.messages.tool import default_tool_parser
 from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.config import get_config
 from langgraph.runtime import Runtime
 
@@ -194,6 +195,26 @@ class MemoryMiddleware(AgentMiddleware):
         self.tools: Sequence[BaseTool] = (
             [self._tool(t) for t in memory.tools()] if memory_tools else []
         )
+        self._own_tools = {t.name for t in memory.tools()}
+        #: The agent's own tools' definitions, by the identity of the tools they were made of.
+        self._defs: tuple[tuple[int, ...], list[dict[str, Any]]] = ((), [])
+
+    def _sent_besides(self, request: ModelRequest[Any]) -> dict[str, Any]:
+        """What the call sends besides the memory's prompt, for its budget: the agent's system
+        prompt and its own tools' definitions (the memory's tools are counted by the memory)."""
+        system = request.system_message.text if request.system_message is not None else None
+        key = tuple(id(t) for t in request.tools)
+        if key != self._defs[0]:
+            defs = []
+            for tool in request.tools:
+                try:
+                    definition = convert_to_openai_tool(tool)
+                except Exception:  # a provider's built-in tool, as a dict it cannot convert
+                    definition = tool if isinstance(tool, dict) else {"name": str(tool)}
+                if definition.get("function", {}).get("name") not in self._own_tools:
+                    defs.append(definition)
+            self._defs = (key, defs)
+        return {"system": system, "tools": self._defs[1]}
 
     def _tool(self, spec: MemoryTool) -> BaseTool:
         memory, name = self.memory, spec.name
@@ -219,7 +240,9 @@ class MemoryMiddleware(AgentMiddleware):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelCallResult[Any]:
         thread = _thread_id(request.runtime)
-        items = self.memory.prompt(thread, to_memory(request.messages))
+        items = self.memory.prompt(
+            thread, to_memory(request.messages), **self._sent_besides(request)
+        )
         return handler(request.override(messages=from_prompt(items, request.messages)))
 
     async def awrap_model_call(
@@ -228,7 +251,9 @@ class MemoryMiddleware(AgentMiddleware):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelCallResult[Any]:
         thread = _thread_id(request.runtime)
-        items = await self.memory.aprompt(thread, to_memory(request.messages))
+        items = await self.memory.aprompt(
+            thread, to_memory(request.messages), **self._sent_besides(request)
+        )
         return await handler(request.override(messages=from_prompt(items, request.messages)))
 
     # -- the end of a run ------------------------------------------------------------------------

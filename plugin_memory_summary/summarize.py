@@ -9,6 +9,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from host_stub.messages import Message, text_of
 from host_stub.services import LLMService
@@ -35,6 +36,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("plugin_memory_summary")
+
+_R = TypeVar("_R")
 
 
 class SummarizerError(Exception):
@@ -237,6 +240,18 @@ async def _llm_answer(
         raise SummarizerError(why) from None
 
 
+async def _in_thread(fn: Callable[..., _R], /, *args: Any, **kwargs: Any) -> _R:
+    """``fn(*args, **kwargs)`` in a worker thread: the rules engine's merge and the final fit
+    of a background run (pure functions, tens to hundreds of milliseconds on a large batch) do
+    not hold the event loop, so the host's turns are served meanwhile."""
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+async def _inline(fn: Callable[..., _R], /, *args: Any, **kwargs: Any) -> _R:
+    """``fn(*args, **kwargs)`` on the loop (a blocking run: the turn waits for it anyway)."""
+    return fn(*args, **kwargs)
+
+
 async def summarize_batches(
     previous: SummaryPayload | None,
     batches: Sequence[Sequence[Message]],
@@ -267,6 +282,7 @@ async def summarize_batches(
     # text gate would then reject every answer for "losing" it, and the rules engine would carry
     # it on. It goes before anything else.
     payload = scrub_payload(previous, redactor) if previous is not None else None
+    off_loop = _in_thread if pause is not None else _inline
     outcome = SummarizeOutcome(payload=previous or SummaryPayload(), batches_done=0, model=model)
     fit_budget = budget if text_budget is None else text_budget
     stop = False
@@ -369,7 +385,8 @@ async def summarize_batches(
                     # growth rule to allow it.
                     opening = count_tokens(answer.digest[0]) + 40 if answer.digest else 0
                     answer_budget = min(fit_budget, max(rules_budget, now + opening + actions))
-                    merged = rules_merge(
+                    merged = await off_loop(
+                        rules_merge,
                         layer_answer(payload, answer),
                         clean,
                         budget_tokens=answer_budget,
@@ -389,7 +406,8 @@ async def summarize_batches(
                         )
                         merged = merged.model_copy(update={"conversation_goal": goal})
             if merged is None:
-                merged = rules_merge(
+                merged = await off_loop(
+                    rules_merge,
                     payload,
                     clean,
                     budget_tokens=rules_budget,
@@ -403,7 +421,8 @@ async def summarize_batches(
                     # of 208) and kept no more of the conversation.
                     fill=rules_budget < fit_budget,
                 )
-            payload = fit_to_budget(
+            payload = await off_loop(
+                fit_to_budget,
                 apply_caps(scrub_payload(merged, redactor), config.caps),
                 fit_budget,
                 count_tokens,

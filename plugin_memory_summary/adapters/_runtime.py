@@ -19,6 +19,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import json
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Coroutine, Mapping, Sequence
@@ -36,6 +37,8 @@ from ..plugin import PLUGIN_NAME
 __all__ = ["AgentMemory", "MemoryTool", "PromptItem", "SOURCE_ID"]
 
 _T = TypeVar("_T")
+
+log = logging.getLogger("plugin_memory_summary.adapters")
 
 #: The metadata key a mirrored message keeps its framework's own id under.
 SOURCE_ID = "source_id"
@@ -119,6 +122,9 @@ class AgentMemory:
         self._seen: OrderedDict[str, set[str]] = OrderedDict()
         self._session_locks: dict[str, asyncio.Lock] = {}
         self._calls = itertools.count(1)
+        #: The ends of turns being stored (see :meth:`end_turn`).
+        self._ending: set[concurrent.futures.Future[int]] = set()
+        self._ending_lock = threading.Lock()
         #: The last system prompt and tool definitions counted, with their tokens.
         self._outside_counts: dict[str, tuple[str, int]] = {}
 
@@ -151,7 +157,9 @@ class AgentMemory:
         return self
 
     def close(self) -> None:
-        """Stop the host (background compressions get the plugin's shutdown grace) and the loop."""
+        """Store the ends of turns not stored yet, stop the host (background compressions get
+        the plugin's shutdown grace) and the loop."""
+        self._wait_ended(None)
         with self._lock:
             host, loop, thread = self._host, self._loop, self._thread
             self._host = self._loop = self._thread = None
@@ -233,14 +241,34 @@ class AgentMemory:
         """:meth:`add` for an async caller."""
         return await self._arun(self._add(session_id, messages, call_follows=False))
 
-    def end_turn(self, session_id: str, messages: Sequence[Message] = ()) -> int:
+    def end_turn(self, session_id: str, messages: Sequence[Message] = ()) -> None:
         """The agent's turn ended: store what of ``messages`` is new (the final reply), and let
-        the plugin decide on a compression in the background. Returns how many were stored."""
-        return self._run(self._end_turn(session_id, messages))
+        the plugin decide on a compression in the background. Returns at once: the store write
+        and the plugin's decision run on the runtime's loop, before any later call of the
+        session (its lock is first-come, first-served); :meth:`settle` and :meth:`close` wait
+        for them. A failure is logged (``plugin_memory_summary.adapters``)."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a blocking AgentMemory call from its own loop; use the a-methods")
+        future = self._submit(self._end_turn(session_id, messages))
+        with self._ending_lock:
+            self._ending.add(future)
+        future.add_done_callback(self._ended)
 
-    async def aend_turn(self, session_id: str, messages: Sequence[Message] = ()) -> int:
-        """:meth:`end_turn` for an async caller."""
-        return await self._arun(self._end_turn(session_id, messages))
+    async def aend_turn(self, session_id: str, messages: Sequence[Message] = ()) -> None:
+        """:meth:`end_turn` for an async caller (it returns at once as well)."""
+        self.end_turn(session_id, messages)
+
+    def _ended(self, future: concurrent.futures.Future[int]) -> None:
+        with self._ending_lock:
+            self._ending.discard(future)
+        if not future.cancelled() and future.exception() is not None:
+            log.error("storing the end of a turn failed", exc_info=future.exception())
+
+    def _wait_ended(self, timeout: float | None) -> bool:
+        with self._ending_lock:
+            pending = list(self._ending)
+        done, not_done = concurrent.futures.wait(pending, timeout=timeout)
+        return not not_done
 
     def history(self, session_id: str) -> list[Message]:
         """The session's active (not archived) stored messages, oldest first."""
@@ -259,12 +287,15 @@ class AgentMemory:
         return await self._arun(self._clear(session_id))
 
     def settle(self, timeout: float = 30.0) -> bool:
-        """Wait until no compression runs (``False`` when ``timeout`` passes first)."""
+        """Wait until the ends of turns are stored and no compression runs (``False`` when
+        ``timeout`` passes first)."""
+        if not self._wait_ended(timeout):
+            return False
         return self._run(self.host.settle(timeout))
 
     async def asettle(self, timeout: float = 30.0) -> bool:
         """:meth:`settle` for an async caller."""
-        return await self._arun(self.host.settle(timeout))
+        return await asyncio.to_thread(self.settle, timeout)
 
     # -- the memory's tools ----------------------------------------------------------------------
     def tools(self) -> list[MemoryTool]:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
 
 from langchain.agents.middleware.types import (
@@ -45,6 +46,9 @@ from ._runtime import SOURCE_ID, AgentMemory, MemoryTool, PromptItem
 
 __all__ = ["MemoryMiddleware", "from_prompt", "message_id", "to_memory"]
 
+#: Threads whose handed-over message ids a middleware remembers (the oldest are forgotten: their
+#: messages are then converted again and the memory finds them stored).
+MAX_THREADS = 1024
 #: The prefix of an id derived for a message that has none (see :func:`message_id`).
 DERIVED_PREFIX = "lc-derived-"
 
@@ -118,15 +122,16 @@ def _to_message(message: BaseMessage, source_id: str) -> Message:
     )
 
 
-def to_memory(messages: Sequence[BaseMessage]) -> list[Message]:
+def to_memory(messages: Sequence[BaseMessage], skip: Collection[str] = ()) -> list[Message]:
     """The agent's messages as the memory stores them (OpenAI format, the LangChain id in
-    ``metadata["source_id"]``). A message without an id gets its derived one
-    (:func:`message_id`) set on it, so that, written to the state, it keeps that id."""
+    ``metadata["source_id"]``), but those whose id is in ``skip`` (already stored). A message
+    without an id gets its derived one (:func:`message_id`) set on it, so that, written to the
+    state, it keeps that id."""
     ids = _ids(messages)
     for message, source_id in zip(messages, ids, strict=True):
         if not message.id:
             message.id = source_id
-    return [_to_message(m, i) for m, i in zip(messages, ids, strict=True)]
+    return [_to_message(m, i) for m, i in zip(messages, ids, strict=True) if i not in skip]
 
 
 def _from_dict(data: dict[str, Any]) -> BaseMessage:
@@ -196,8 +201,27 @@ class MemoryMiddleware(AgentMiddleware):
             [self._tool(t) for t in memory.tools()] if memory_tools else []
         )
         self._own_tools = {t.name for t in memory.tools()}
+        #: Per thread, the ids of the messages already handed to the memory (converted once;
+        #: the memory itself stores each id once whatever it is handed).
+        self._handed: OrderedDict[str, set[str]] = OrderedDict()
         #: The agent's own tools' definitions, by the identity of the tools they were made of.
         self._defs: tuple[tuple[int, ...], list[dict[str, Any]]] = ((), [])
+
+    def _new(self, thread: str, messages: Sequence[BaseMessage]) -> list[Message]:
+        """The messages of ``thread`` not handed to the memory yet (by a model call that
+        succeeded: see :meth:`_handed_over`), converted."""
+        handed = self._handed.get(thread)
+        if handed is not None:
+            self._handed.move_to_end(thread)
+        return to_memory(messages, handed or ())
+
+    def _handed_over(self, thread: str, messages: Sequence[Message]) -> None:
+        handed = self._handed.get(thread)
+        if handed is None:
+            handed = self._handed[thread] = set()
+            while len(self._handed) > MAX_THREADS:
+                self._handed.popitem(last=False)
+        handed.update(str(m.metadata[SOURCE_ID]) for m in messages)
 
     def _sent_besides(self, request: ModelRequest[Any]) -> dict[str, Any]:
         """What the call sends besides the memory's prompt, for its budget: the agent's system
@@ -240,9 +264,9 @@ class MemoryMiddleware(AgentMiddleware):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelCallResult[Any]:
         thread = _thread_id(request.runtime)
-        items = self.memory.prompt(
-            thread, to_memory(request.messages), **self._sent_besides(request)
-        )
+        new = self._new(thread, request.messages)
+        items = self.memory.prompt(thread, new, **self._sent_besides(request))
+        self._handed_over(thread, new)
         return handler(request.override(messages=from_prompt(items, request.messages)))
 
     async def awrap_model_call(
@@ -251,20 +275,22 @@ class MemoryMiddleware(AgentMiddleware):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelCallResult[Any]:
         thread = _thread_id(request.runtime)
-        items = await self.memory.aprompt(
-            thread, to_memory(request.messages), **self._sent_besides(request)
-        )
+        new = self._new(thread, request.messages)
+        items = await self.memory.aprompt(thread, new, **self._sent_besides(request))
+        self._handed_over(thread, new)
         return await handler(request.override(messages=from_prompt(items, request.messages)))
 
     # -- the end of a run ------------------------------------------------------------------------
     def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        self.memory.end_turn(_thread_id(runtime), to_memory(state["messages"]))
+        thread = _thread_id(runtime)
+        self.memory.end_turn(thread, self._new(thread, state["messages"]))
         return None
 
     async def aafter_agent(
         self, state: AgentState[Any], runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        await self.memory.aend_turn(_thread_id(runtime), to_memory(state["messages"]))
+        thread = _thread_id(runtime)
+        await self.memory.aend_turn(thread, self._new(thread, state["messages"]))
         return None
 
     # -- user actions ----------------------------------------------------------------------------
@@ -275,9 +301,11 @@ class MemoryMiddleware(AgentMiddleware):
         if checkpointer is not None:
             checkpointer.delete_thread(thread_id)
         self.memory.clear(thread_id)
+        self._handed.pop(thread_id, None)
 
     async def aclear(self, thread_id: str, checkpointer: Any = None) -> None:
         """:meth:`clear` for an async caller."""
         if checkpointer is not None:
             await checkpointer.adelete_thread(thread_id)
         await self.memory.aclear(thread_id)
+        self._handed.pop(thread_id, None)

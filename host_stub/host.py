@@ -499,6 +499,10 @@ class Host:
             stored_counts=stored,
             sources=sources,
         )
+        if sources:  # the stored message, not its pruned copy (a placeholder for old output)
+            stored_by_seq = {m.seq: m for m in history}
+            for key, shown_message in sources.items():
+                sources[key] = stored_by_seq.get(shown_message.seq, shown_message)
         return snap, prompt, usage, view, stored
 
     async def _prepare_call(

@@ -220,3 +220,50 @@ async def test_prepare_call_names_the_stored_message_behind_each_sent_one() -> N
         assert [m["content"] for m in prepared.prompt] == ["first", "second"]
         assert [s.metadata[SOURCE_ID] for s in prepared.sources if s] == ["u1", "u2"]
         assert prepared.usage.session_id == "s"
+
+
+def test_a_pruned_tool_output_is_marked_changed_and_names_its_stored_message() -> None:
+    """Old tool output is sent as a placeholder: the prompt item says it changed, so an adapter
+    sends the placeholder, not the framework's own (whole) message."""
+    big = "flight record " * 400
+    with AgentMemory(
+        "memory://", model="gpt-4o-mini", context_window=16_000, llm=FakeLLM()
+    ) as memory:
+        messages: list[Message] = []
+        for i in range(8):
+            call = ToolCall(
+                id=f"c{i}", function=ToolCallFunction(name="get_flight", arguments="{}")
+            )
+            messages += [
+                _user(i, f"check flight {i}"),
+                Message(role="assistant", tool_calls=[call], metadata={SOURCE_ID: f"a{i}"}),
+                Message(
+                    role="tool",
+                    tool_call_id=f"c{i}",
+                    name="get_flight",
+                    content=big,
+                    metadata={SOURCE_ID: f"t{i}"},
+                ),
+                Message(role="assistant", content=f"done {i}", metadata={SOURCE_ID: f"r{i}"}),
+            ]
+        items = memory.prompt("s", messages)
+    tools = [i for i in items if i.message["role"] == "tool"]
+    pruned = [i for i in tools if i.message["content"] != big]
+    assert pruned, "no old tool output was pruned"
+    assert all(i.changed and i.source_id and i.source_id.startswith("t") for i in pruned)
+    assert not any(i.changed for i in tools if i.message["content"] == big)
+
+
+def test_a_cleared_or_deleted_message_handed_over_again_is_stored_again() -> None:
+    """A framework thread still holding messages after a clear (its checkpointer) or a deleted
+    message sent again: stored again, not skipped as already stored."""
+    with AgentMemory("memory://", model="gpt-4o-mini", llm=FakeLLM()) as memory:
+        first = [_user(1, "hello"), _user(2, "again")]
+        memory.add("s", first)
+        memory.clear("s")
+        assert memory.add("s", first) == 2
+        seq = memory.history("s")[-1].seq
+        assert seq is not None and memory.delete("s", [seq]) == [seq]
+        assert [m.content for m in memory.history("s")] == ["hello"]
+        assert memory.add("s", first) == 1
+        assert [m.content for m in memory.history("s")] == ["hello", "again"]

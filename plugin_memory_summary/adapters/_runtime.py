@@ -42,6 +42,9 @@ log = logging.getLogger("plugin_memory_summary.adapters")
 
 #: The metadata key a mirrored message keeps its framework's own id under.
 SOURCE_ID = "source_id"
+#: Why a message is archived when it no longer counts as stored: a framework that hands it over
+#: again (a thread still in its checkpointer after a clear) has it stored again.
+_GONE = frozenset({"cleared", "deleted"})
 #: Sessions whose mirrored ids are kept in memory at most (the oldest are read again when needed).
 MAX_SESSIONS = 1024
 
@@ -278,6 +281,16 @@ class AgentMemory:
         """:meth:`history` for an async caller."""
         return await self._arun(self.host.memory.get_history(session_id))
 
+    def delete(self, session_id: str, seqs: Sequence[int]) -> list[int]:
+        """Delete stored messages (by seq) as the host's ``delete_messages`` does (plugins hear
+        of it; a summary covering them is marked stale); the seqs deleted. Their framework ids
+        count as not stored from then on."""
+        return self._run(self._delete(session_id, seqs))
+
+    async def adelete(self, session_id: str, seqs: Sequence[int]) -> list[int]:
+        """:meth:`delete` for an async caller."""
+        return await self._arun(self._delete(session_id, seqs))
+
     def clear(self, session_id: str) -> dict[str, Any]:
         """Forget the session: its history, its summary, its archive."""
         return self._run(self._clear(session_id))
@@ -338,7 +351,11 @@ class AgentMemory:
             *await memory.get_archived(session_id),
             *await memory.get_history(session_id),
         ]
-        seen = {str(m.metadata[SOURCE_ID]) for m in stored if m.metadata.get(SOURCE_ID)}
+        seen = {
+            str(m.metadata[SOURCE_ID])
+            for m in stored
+            if m.metadata.get(SOURCE_ID) and m.archived not in _GONE
+        }
         self._seen[session_id] = seen
         while len(self._seen) > MAX_SESSIONS:
             self._seen.popitem(last=False)
@@ -403,6 +420,12 @@ class AgentMemory:
         reply = next((m for m in reversed(history) if m.role == "assistant"), None)
         await self.host.end_turn(session_id, user=user, reply=reply)
         return added
+
+    async def _delete(self, session_id: str, seqs: Sequence[int]) -> list[int]:
+        async with self._session_lock(session_id):
+            deleted = await self.host.delete_messages(session_id, list(seqs))
+            self._seen.pop(session_id, None)  # read again: the deleted ids are gone
+            return deleted
 
     async def _clear(self, session_id: str) -> dict[str, Any]:
         async with self._session_lock(session_id):

@@ -318,7 +318,6 @@ def test_the_docs_quick_start_runs(
 def test_the_budget_counts_the_agents_system_prompt_and_tools() -> None:
     """What create_agent sends besides the memory's prompt (its system prompt, its own tools'
     schemas) is counted in the usage that decides a compression."""
-    from typing import Any
 
     from adapter_contract import ContractServer
     from langchain.agents import create_agent

@@ -23,7 +23,7 @@ from plugin_memory_summary.config import MemorySummaryConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [README, *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs").glob("*/*.md"))]
 CI_RUN = ROOT / ".ci" / "run"
 
 
@@ -286,7 +286,8 @@ def test_the_readme_is_short_and_links_every_page() -> None:
     text = readme()
     assert len(text.splitlines()) <= 160
     for path in DOCS[1:]:
-        assert f"](docs/{path.name})" in text, f"the README does not link docs/{path.name}"
+        page = path.relative_to(ROOT).as_posix()
+        assert f"]({page})" in text, f"the README does not link {page}"
 
 
 def test_hookspec_module_is_the_documented_contract() -> None:

@@ -18,9 +18,16 @@
    load PostgreSQL's search tables are vacuumed and analyzed, as autovacuum does on a default
    server (its index-only scans need the visibility map); the results say so, and whether
    autovacuum is on.
+3. Ranking cases. Short conversations built here, each with the message that should come
+   first for its query (the ranking's rules: a message's own words above those lent to it by
+   the message before, all the query's words or its phrase above one of them, what a user said
+   above a tool's arguments that mention the words), and the demo's conversation with the
+   issue's queries. Reported per backend: the rank of that message in the top 10, and in how
+   many cases it is first.
 
     python bench/recall.py [--data DIR] [--quick] [--out DIR] [--sizes 10000,1000000]
         [--backends memory,sqlite,postgres,redis] [--scale-backends sqlite,postgres]
+        [--ranking-backends memory,sqlite,postgres,redis]
         [--large-share 0.5] [--session-size 1000] [--exhaustive 50]
 
 PostgreSQL and Redis use ``MEMORY_SUMMARY_PG_URL`` / ``MEMORY_SUMMARY_REDIS_URL`` (defaults: the
@@ -31,6 +38,7 @@ unreachable is reported as skipped.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import sqlite3
@@ -58,7 +66,7 @@ from common import (  # noqa: E402
 
 from host_stub.datasets import load_locomo  # noqa: E402
 from host_stub.memory import open_memory, search_plan  # noqa: E402
-from host_stub.messages import Message  # noqa: E402
+from host_stub.messages import Message, ToolCall, ToolCallFunction  # noqa: E402
 from host_stub.services import MemoryService  # noqa: E402
 
 PG_URL = os.environ.get("MEMORY_SUMMARY_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -126,7 +134,7 @@ class Store:
             client = aioredis.Redis.from_url(REDIS_URL)
             total = 0
             try:
-                for kind in ("xd", "xf", "xp"):
+                for kind in ("xd", "xf", "xo", "xp"):
                     async for key in client.scan_iter(match=f"{self.tag}:{kind}:*", count=1000):
                         total += await client.memory_usage(key) or 0
             finally:
@@ -420,6 +428,190 @@ async def scale(
     }
 
 
+# -- 3. ranking cases ----------------------------------------------------------------------------
+
+
+def _user(text: str) -> Message:
+    return Message(role="user", content=text)
+
+
+def _assistant(text: str) -> Message:
+    return Message(role="assistant", content=text)
+
+
+def _call(call_id: str, name: str, **arguments: object) -> Message:
+    function = ToolCallFunction(name=name, arguments=json.dumps(arguments))
+    return Message(role="assistant", tool_calls=[ToolCall(id=call_id, function=function)])
+
+
+def _result(call_id: str, name: str, value: object) -> Message:
+    return Message(role="tool", tool_call_id=call_id, name=name, content=json.dumps(value))
+
+
+_ALLERGY = (
+    "Hi! Tom and I are in Osaka from Friday to Monday and I'd like your help with the food. "
+    "Important: I have a severe peanut allergy, so every place you suggest must be safe for it, "
+    "and Tom does not eat fish."
+)
+_LOCKER = (
+    "Before I forget, a few things for the week: the plants need water on Wednesday, my "
+    "locker code at the climbing gym is 4417-ZEBRA, and the car is due for its inspection on "
+    "the 14th."
+)
+
+
+def _borrowed() -> list[Message]:
+    """The allergy stated once; the next message of the user's only thanks for a reply that
+    repeats the words."""
+    return [
+        _user(_ALLERGY),
+        _assistant("Noted: no peanuts, no fish for Tom. Where would you like to start?"),
+        _user("Find us a ramen place near Namba for Friday night."),
+        _assistant(
+            "Kaze Ya looks best: a peanut-free kitchen that takes a peanut allergy seriously. "
+            "Show them your peanut allergy card anyway."
+        ),
+        _user("Nice, thanks!"),
+    ]
+
+
+def _many_borrowers() -> list[Message]:
+    """As :func:`_borrowed`, with 60 replies repeating the words, each thanked: more messages
+    borrow the words than are ranked in full (all tie on the estimate that picks them)."""
+    acks = ["Nice, thanks!", "Great.", "Perfect.", "OK.", "Thanks!", "Sounds good."]
+    out = [_user(_ALLERGY)]
+    for n in range(60):
+        out += [
+            _assistant(f"Option {n}: a peanut-free kitchen, safe for a peanut allergy."),
+            _user(acks[n % len(acks)]),
+        ]
+    return out
+
+
+def _one_word() -> list[Message]:
+    return [
+        _user(_LOCKER),
+        _assistant("Noted all three."),
+        _user("The promo code worked!"),
+        _assistant("Great, that code saved you 10%."),
+        _user("Which code?"),
+        _assistant("The code SPRING10."),
+        _user("The gym changed the locker rooms."),
+    ]
+
+
+def _scattered() -> list[Message]:
+    return [
+        _user(
+            "Remember for later: my locker code at the climbing gym is 4417-ZEBRA, and the gym "
+            "opens at seven on weekdays."
+        ),
+        _assistant("Noted."),
+        _user("Code 8812 opens the bike shed; locker 12 needs a code too."),
+        _assistant("Noted as well."),
+    ]
+
+
+def _tool_arguments() -> list[Message]:
+    """The booking call's note repeats the words, in a shorter text than the user's."""
+    return [
+        _user(_ALLERGY),
+        _assistant("Noted. Shall I book Kaze Ya for Friday?"),
+        _user("Yes, for two at seven, and tell them."),
+        _call("c1", "book_restaurant", restaurant="Kaze Ya", time="19:00", note="peanut allergy"),
+        _result("c1", "book_restaurant", {"reference": "RES-5521", "status": "booked"}),
+        _assistant("Booked: Kaze Ya at seven for two, reference RES-5521."),
+    ]
+
+
+def _searches() -> list[Message]:
+    """Restaurant searches whose arguments avoid peanuts, each asked for with 'remember the
+    allergy' (which lends the word to the call)."""
+    out = [_user(_ALLERGY), _assistant("Noted. What first?")]
+    for n, (city, cuisine) in enumerate(
+        [("Osaka", "ramen"), ("Kyoto", "udon"), ("Tokyo", "sushi"), ("Osaka", "izakaya")]
+    ):
+        out += [
+            _user(f"Any good {cuisine} places in {city}? Remember the allergy."),
+            _call(f"c{n}", "search_restaurants", city=city, cuisine=cuisine, avoid=["peanuts"]),
+            _result(
+                f"c{n}", "search_restaurants", {"results": [{"name": f"{city} {cuisine} {n}"}]}
+            ),
+            _assistant(f"{city} {cuisine} {n} looks best; it can adapt dishes."),
+        ]
+    return out
+
+
+def _demo() -> list[Message]:
+    from plugin_memory_summary.demo import generate_conversation
+
+    return [Message.model_validate(m) for m in generate_conversation()]
+
+
+def _said(messages: list[Message], text: str) -> int:
+    """The seq (1-based) of the first user message holding ``text``."""
+    return next(i for i, m in enumerate(messages, 1) if m.role == "user" and text in str(m.content))
+
+
+#: (case, the rule it checks, conversation, query, role, the text of the message expected first)
+RANKING_CASES: list[tuple[str, str, Any, str, str | None, str]] = [
+    ("borrowed", "own words above borrowed", _borrowed, "peanut allergy", "user", "severe peanut"),
+    (
+        "borrowed x60",
+        "own words above borrowed, more borrowers than ranked in full",
+        _many_borrowers,
+        "peanut allergy",
+        "user",
+        "severe peanut",
+    ),
+    ("one word", "all the words above one", _one_word, "locker code", None, "locker code at"),
+    ("scattered", "the phrase above the words apart", _scattered, "locker code", None, "4417"),
+    (
+        "tool note",
+        "a user's sentence above a tool's arguments",
+        _tool_arguments,
+        "peanut allergy",
+        None,
+        "severe peanut",
+    ),
+    (
+        "tool searches",
+        "a user's sentence above arguments that mention one word",
+        _searches,
+        "peanut allergy",
+        None,
+        "severe peanut",
+    ),
+    (
+        "demo, user",
+        "the demo: the user's own statement",
+        _demo,
+        "peanut allergy",
+        "user",
+        "severe peanut",
+    ),
+    ("demo", "the demo: the user's own statement", _demo, "peanut allergy", None, "severe peanut"),
+]
+
+
+async def ranking_cases(backend: str, tmp: Path) -> dict[str, int | None]:
+    """Each case's expected message's rank in the top 10 (``None``: not in it)."""
+    store = Store(backend, tmp)
+    ranks: dict[str, int | None] = {}
+    try:
+        for n, (case, _, make, query, role, expected) in enumerate(RANKING_CASES):
+            messages = make()
+            session = f"case{n}"
+            await store.memory.append(session, messages)
+            want = _said(messages, expected)
+            hits = await store.memory.search(session, query, role=role, limit=10)
+            seqs = [h.message.seq for h in hits]
+            ranks[case] = seqs.index(want) + 1 if want in seqs else None
+    finally:
+        await store.drop()
+    return ranks
+
+
 # -- main ----------------------------------------------------------------------------------------
 
 
@@ -439,6 +631,9 @@ async def main() -> None:
     p.add_argument("--backends", default=",".join(ALL_BACKENDS), help="backends for LoCoMo")
     p.add_argument(
         "--scale-backends", default="sqlite,postgres", help="backends for the scale runs"
+    )
+    p.add_argument(
+        "--ranking-backends", default=",".join(ALL_BACKENDS), help="backends for the ranking cases"
     )
     p.add_argument("--queries", type=int, default=500, help="timed searches per scale run")
     p.add_argument(
@@ -460,6 +655,7 @@ async def main() -> None:
     backends = _list(args.backends, ALL_BACKENDS)
     data = require_data(args.data, "locomo/locomo_dev.json") if backends else Path()
     scale_backends = _list(args.scale_backends, ALL_BACKENDS)
+    ranking_backends = _list(args.ranking_backends, ALL_BACKENDS)
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
     queries = args.queries
     exhaustive_queries = args.exhaustive
@@ -475,7 +671,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         usable: dict[str, str | None] = {}
-        for backend in dict.fromkeys([*backends, *scale_backends]):
+        for backend in dict.fromkeys([*backends, *scale_backends, *ranking_backends]):
             usable[backend] = await reachable(backend, tmp)
             if usable[backend]:
                 notes.append(f"{backend} skipped: {usable[backend]}")
@@ -506,6 +702,32 @@ async def main() -> None:
         for category in sorted(by_cat):
             n, in5, in10 = by_cat[category]
             categories.add(category, n, f"{in5 / n:.1%}", f"{in10 / n:.1%}")
+
+        measured = [b for b in ranking_backends if not usable[b]]
+        ranking = Table(
+            "Ranking cases: the rank of the message that should come first (top 10; - = not in it)",
+            ["case", "rule", "query", *measured],
+        )
+        ranks: dict[str, dict[str, int | None]] = {}
+        for backend in measured:
+            progress(f"ranking cases on {backend}")
+            ranks[backend] = await ranking_cases(backend, tmp)
+            extra[f"ranking_{backend}"] = ranks[backend]
+        for case, rule, _, query, role, _ in RANKING_CASES:
+            shown = f'"{query}"' + (f" --role {role}" if role else "")
+            ranking.add(
+                case,
+                rule,
+                shown,
+                *("-" if ranks[b][case] is None else ranks[b][case] for b in measured),
+            )
+        if measured:
+            ranking.add(
+                "first",
+                f"cases whose message comes first (of {len(RANKING_CASES)})",
+                "",
+                *(sum(1 for r in ranks[b].values() if r == 1) for b in measured),
+            )
 
         latency = Table(
             "Search at scale: generated messages, all archived, top-10 searches",
@@ -574,8 +796,9 @@ async def main() -> None:
                 )
     notes += [
         "Retrieval: a question counts when any of its evidence turns is among the results; the "
-        "query is the question as written (any word matches, BM25-style ranking; no tuning to "
-        "this data set).",
+        "query is the question as written (any word matches; the ranking of host_stub/memory/"
+        "search_plan.py: the rarer words found, then the message's own words, the phrase, BM25; "
+        "no tuning to this data set).",
         "Scale: generated text (seeded), 3-5 words of a stored message as the query, searched "
         "in that message's session; \"words' message in top 10\": how often that message is "
         'among the results (in brackets: with the exhaustive ranking); "top 10 shared with '
@@ -589,14 +812,18 @@ async def main() -> None:
         "search_postings and search_terms tables (their indexes included), Redis the memory of "
         "the index keys.",
         f"Search limits: at most {search_plan.MAX_POSTINGS:,} postings read, {search_plan.RESCORE} "
-        f"candidates scored in full, {search_plan.MAX_PROBES} terms probed (host_stub/memory/"
-        "search_plan.py).",
+        f"candidates ranked in full (up to {2 * search_plan.RESCORE} when the last of them ties "
+        f"with more), {search_plan.MAX_PROBES} terms probed (host_stub/memory/search_plan.py).",
+        "Ranking cases: each conversation is stored in a session of its own (nothing archived) "
+        "and searched once, top 10; the demo is the conversation of `host-stub demo` "
+        "(generate_conversation(), its default 300 turns).",
     ]
     tables = (
-        [retrieval, categories, latency, writing]
+        [retrieval, categories, ranking, latency, writing]
         if categories.rows
         else [
             retrieval,
+            ranking,
             latency,
             writing,
         ]
@@ -611,6 +838,7 @@ async def main() -> None:
             "sizes": ",".join(str(s) for s in sizes),
             "backends": ",".join(backends),
             "scale backends": ",".join(scale_backends),
+            "ranking backends": ",".join(ranking_backends),
             "queries": queries,
             "large share": args.large_share,
             "session size": args.session_size,

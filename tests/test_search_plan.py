@@ -79,8 +79,11 @@ def test_the_module_limits_are_read_at_call_time(monkeypatch: pytest.MonkeyPatch
     # A search asking for more results reads as many.
     assert plan_search(["a", "b"], [4, 50], 100, 1000.0, limit=20).reads[-1] == Read((1,), 16)
     monkeypatch.setattr(search_plan, "RESCORE", 1)
-    assert choose(plan, {0: {1, 2}}) == [2]
-    assert choose(plan, {0: {1, 2}}, limit=2) == [1, 2]  # never fewer than asked for
+    assert choose(plan, {0: {1, 2, 3}}) == [3]  # a tie too large for one more: the newer
+    assert choose(plan, {0: {1, 2, 3}}, limit=2) == [3, 2, 1]  # never fewer than asked for
+    # A tie with the last one taken that fits in RESCORE more is taken whole.
+    assert choose(plan, {0: {1, 2}}) == [2, 1]
+    assert choose(plan, {0: {1, 2}, 1: {2}}) == [2]  # no tie
 
 
 def _plan(dfs: list[int], n_docs: int = 1000) -> Plan:

@@ -12,7 +12,7 @@ import itertools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..messages import ArchiveReason, Message, clone_model
 from ..services import (
@@ -41,18 +41,29 @@ from .common import (
 )
 from .search_plan import (
     CONTEXT_SPAN,
+    Candidate,
     Indexed,
     choose,
     lend_context,
     own_terms,
     plan_search,
     query_terms,
-    score,
-    top,
+    rank,
+    tool_message,
     weighted_counts,
 )
 
 __all__ = ["InMemoryMemory"]
+
+
+class _Doc(NamedTuple):
+    """A message's search entry."""
+
+    counts: dict[str, float]  # term -> weighted frequency
+    length: float  # their sum
+    stored_at: float
+    own: str  # its own terms, in order, space-joined
+    tool: bool  # a tool's traffic (ranked lower)
 
 
 @dataclass
@@ -63,9 +74,9 @@ class _Session:
     #: seq -> stored message (``archived`` set once archived), in seq order.
     messages: dict[int, Message] = field(default_factory=dict)
     #: The search index: term -> {seq: term frequency}, oldest seq first;
-    #: seq -> (its term counts, their sum, stored at).
+    #: seq -> its entry (:class:`_Doc`).
     postings: dict[str, dict[int, float]] = field(default_factory=dict)
-    docs: dict[int, tuple[dict[str, float], float, float]] = field(default_factory=dict)
+    docs: dict[int, _Doc] = field(default_factory=dict)
     total_terms: float = 0.0
 
     #: (seq, own terms) of the message indexed last: the next catch-up needs them as context.
@@ -108,7 +119,8 @@ class _Session:
         for term, tf in counts.items():
             self.postings.setdefault(term, {})[seq] = tf
         length = sum(counts.values())
-        self.docs[seq] = (counts, length, now)
+        tool = tool_message(self.messages[seq])
+        self.docs[seq] = _Doc(counts, length, now, " ".join(indexed[0]), tool)
         self.total_terms += length
         self.last_own = (seq, indexed[0])
 
@@ -119,8 +131,8 @@ class _Session:
             doc = self.docs.pop(seq, None)
             if doc is None:
                 continue
-            self.total_terms -= doc[1]
-            for term in doc[0]:
+            self.total_terms -= doc.length
+            for term in doc.counts:
                 posting = self.postings.get(term)
                 if posting is not None:
                     posting.pop(seq, None)
@@ -322,20 +334,27 @@ class InMemoryMemory:
                         or any(s >= low and s in p and t != i for t, p, low in newest)
                     )
                 )
-            scores = score(
+            best = rank(
                 plan,
                 (
-                    (seq, [docs[seq][0].get(t, 0.0) for t in terms], docs[seq][1])
+                    Candidate(
+                        seq,
+                        [docs[seq].counts.get(t, 0.0) for t in terms],
+                        docs[seq].length,
+                        docs[seq].own,
+                        docs[seq].tool,
+                    )
                     for seq in choose(plan, holders, limit)
                 ),
+                limit,
             )
             return [
                 SearchHit(
                     message=copy_message(session.messages[seq]),
                     score=value,
-                    stored_at=to_datetime(docs[seq][2]),
+                    stored_at=to_datetime(docs[seq].stored_at),
                 )
-                for seq, value in top(scores, limit)
+                for seq, value in best
             ]
 
     async def get_range(self, session_id: str, from_seq: int, to_seq: int) -> list[Message]:

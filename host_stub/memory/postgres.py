@@ -40,7 +40,8 @@ kept when many connections write at once:
   term's blocks, the newest first when only the newest count; a conjunction's and a role's
   joined block by block, a conjunction of three terms extending the one of its rarest two);
   the probes among the candidates (their blocks joined with each probed term's); the chosen
-  candidates' entries; the messages found.
+  candidates' entries with their messages' roles (and, for an assistant's, whether its body
+  holds tool calls), ranked by ``search_plan.rank``; the messages found.
   Index-only scans need the visibility map, which autovacuum keeps (pages written since its
   last run cost a visit each).
   Before schema 5 the index was a ``tsvector`` per message with a GIN index: every posting
@@ -60,7 +61,7 @@ import asyncio
 import contextlib
 import hashlib
 import re
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
@@ -96,6 +97,7 @@ from .common import (
 )
 from .search_plan import (
     CONTEXT_SPAN,
+    Candidate,
     Indexed,
     Plan,
     choose,
@@ -104,9 +106,8 @@ from .search_plan import (
     own_terms,
     plan_search,
     query_terms,
-    score,
+    rank,
     stored_counts,
-    top,
     with_context,
 )
 
@@ -638,22 +639,30 @@ class PostgresMemory:
             for r in await conn.fetch(self.sql(sql), *args) if sql else []:
                 holders.setdefault(int(r["i"]), set()).update(_seqs(r["blocks"], r["bits"]))
             chosen = choose(plan, holders, limit)
+            # Each entry with whether its message is a tool's traffic (tool_message).
             entries = await conn.fetch(
                 self.sql(
-                    "SELECT seq, terms, context FROM {p}search_entries"
-                    " WHERE search_key = $1 AND seq = ANY($2::bigint[])"
+                    "SELECT e.seq, e.terms, e.context, CASE m.role WHEN 'tool' THEN true"
+                    " WHEN 'assistant' THEN (m.body::json -> 'tool_calls' -> 0) IS NOT NULL"
+                    " ELSE false END AS tool FROM {p}search_entries e"
+                    " JOIN {p}messages m ON m.session_id = $3 AND m.seq = e.seq"
+                    " WHERE e.search_key = $1 AND e.seq = ANY($2::bigint[])"
                 ),
                 key,
                 chosen,
+                session_id,
             )
             index = {t: i for i, t in enumerate(terms)}
-            best = top(
-                score(
-                    plan,
-                    (
-                        (int(e["seq"]), *stored_counts(index, e["terms"], e["context"]))
-                        for e in entries
-                    ),
+            best = rank(
+                plan,
+                (
+                    Candidate(
+                        int(e["seq"]),
+                        *stored_counts(index, e["terms"], e["context"]),
+                        e["terms"],
+                        bool(e["tool"]),
+                    )
+                    for e in entries
                 ),
                 limit,
             )
@@ -1556,27 +1565,36 @@ def _unquote(text: str) -> str:
 
 
 def entry_of(vector: str, key: int) -> Indexed:
-    """An entry's terms (own, lent, repeats kept) from its schema 4 tsvector's text form (each
-    lexeme ``<key>_<term>``)."""
+    """An entry's terms (own, lent, repeats kept, each in the order of their positions: the
+    ranking reads the own terms' order) from its schema 4 tsvector's text form (each lexeme
+    ``<key>_<term>``)."""
     prefix = f"{key}_"
-    own: list[str] = []
-    lent: list[str] = []
-    for match in _LEXEME.finditer(vector):
-        lexeme = _unquote(match.group(1))
-        term = lexeme[len(prefix) :] if lexeme.startswith(prefix) else lexeme
-        for position in (match.group(2) or "1").split(","):
-            (own if position.endswith("A") else lent).append(term)
-    return own, lent
+    return _positioned(
+        (lexeme[len(prefix) :] if lexeme.startswith(prefix) else lexeme, positions)
+        for lexeme, positions in _lexemes(vector)
+    )
 
 
 def _legacy_entry(vector: str) -> Indexed:
     """:func:`entry_of` for a schema 2-3 tsvector (no session key; own terms weight A)."""
-    own: list[str] = []
-    lent: list[str] = []
+    return _positioned(_lexemes(vector))
+
+
+def _lexemes(vector: str) -> Iterator[tuple[str, str]]:
+    """``(lexeme, positions)`` of a tsvector's text form (positions ``"1"`` when it has none)."""
     for match in _LEXEME.finditer(vector):
-        term = _unquote(match.group(1))
-        for position in (match.group(2) or "1").split(","):
-            (own if position.endswith("A") else lent).append(term)
+        yield _unquote(match.group(1)), match.group(2) or "1"
+
+
+def _positioned(lexemes: Iterable[tuple[str, str]]) -> Indexed:
+    """Own (weight A) and lent terms, each in the order of their positions."""
+    placed: list[tuple[int, bool, str]] = []
+    for term, positions in lexemes:
+        for position in positions.split(","):
+            placed.append((int(position.rstrip("ABCD")), position.endswith("A"), term))
+    placed.sort(key=lambda item: item[0])  # stable: a lexeme's own order on equal positions
+    own = [term for _, is_own, term in placed if is_own]
+    lent = [term for _, is_own, term in placed if not is_own]
     return own, lent
 
 

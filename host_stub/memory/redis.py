@@ -31,16 +31,21 @@ Keys, all under ``prefix`` (default ``hs:``; a ``?prefix=`` in the URL overrides
                                 -> the terms of all of them (BM25's average length); ``#last``
                                 -> the last seq indexed
 ``{p}xo:{session}``             hash: searchable seq -> ``"<term>:<tf> ..."``, the terms it lends
-                                the message after it
+                                the message after it; ``o<seq>`` -> ``"<tool> <term> ..."``, its
+                                own terms in order (``tool``: 1 for a tool's traffic, else 0),
+                                what the ranking reads
 ``{p}xp:{session}:{term}``      sorted set: seq -> the term's frequency in that message
 ``{p}fence:{name}``             integer: the lease's last fencing token (never expires)
 ==============================  ================================================================
 
 The search index (``xd``, ``xf``, ``xp``) is written by the same scripts that append, clear and
 delete messages, so it never disagrees with the messages; the search itself is one script that
-follows ``host_stub.memory.search_plan`` (its plan, estimate and BM25). Its posting sets are ordered
-by frequency, not seq: the one term of which only the newest postings are read is read whole
-and the newest taken in the script.
+follows ``host_stub.memory.search_plan`` (its plan and estimate) and returns the chosen
+candidates' frequencies, lengths and own terms, with the messages of those that can be among
+the best by the ranking's first key; ``search_plan.rank`` orders them. Its posting sets are
+ordered by frequency, not seq: the one term of which only the newest postings are read is read
+whole and the newest taken in the script. Entries written before the own terms were kept (no
+``o<seq>``) are ranked from their message, which the script returns instead.
 
 A message record is ``{"epoch":E,"role":R,"kind":K,"tokens":N,"body":{...}}`` and a metadata
 entry ``{"version":V,"deleted":B,"updated_at":MS,"value":{...}|null}``, always with the fields
@@ -103,10 +108,12 @@ from .common import (
 from .search_plan import (
     CONTEXT_SPAN,
     CONTEXT_WEIGHT,
+    Candidate,
     context_of,
     own_terms,
     plan_search,
     query_terms,
+    tool_message,
 )
 
 __all__ = ["RedisMemory", "redact_url"]
@@ -147,8 +154,8 @@ end
 
 -- search index: add message seq under its own terms (doc: "<len> <term>:<tf> ...", '' = not
 -- indexed) and, weighted w, those the message before it lends (prev: "<term>:<tf> ..."); remember
--- what this one lends the next (lend); return it
-local function index_doc(xd, xf, xo, base, seq, doc, lend, prev, w, now)
+-- what this one lends the next (lend) and its own terms in order (own); return lend
+local function index_doc(xd, xf, xo, base, seq, doc, lend, own, prev, w, now)
   if doc == '' then return prev end
   local counts, names = {}, {}
   local len = tonumber(string.match(doc, '^(%d+)'))
@@ -171,7 +178,7 @@ local function index_doc(xd, xf, xo, base, seq, doc, lend, prev, w, now)
   redis.call('HINCRBYFLOAT', xf, '#len', len)
   redis.call('HSET', xf, '#last', seq)
   redis.call('HSET', xd, seq, len .. ' ' .. now .. ' ' .. table.concat(names, ' '))
-  redis.call('HSET', xo, seq, lend)
+  redis.call('HSET', xo, seq, lend, 'o' .. seq, own)
   return lend
 end
 
@@ -185,7 +192,7 @@ local function unindex_doc(xd, xf, xo, base, seq)
   end
   redis.call('HINCRBYFLOAT', xf, '#len', -tonumber(len))
   redis.call('HDEL', xd, seq)
-  redis.call('HDEL', xo, seq)
+  redis.call('HDEL', xo, seq, 'o' .. seq)
 end
 
 local function unindex_all(xd, xf, xo, base)
@@ -219,7 +226,8 @@ end
 """
 
 # KEYS: s, m, a, sessions, xd, xf, xo; ARGV: session_id, index base (xp:{session}:), n, context
-# span, context weight, n record tails (without the epoch), n index docs, n lent terms
+# span, context weight, n record tails (without the epoch), n index docs, n lent terms, n own
+# terms in order
 _APPEND = r"""
 local epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
 local seq = tonumber(redis.call('HGET', KEYS[1], 'last_seq') or '0')
@@ -236,7 +244,7 @@ for i = 1, n do
   redis.call('HSET', KEYS[2], seq, '{"epoch":' .. epoch .. ',' .. ARGV[5 + i])
   redis.call('ZADD', KEYS[3], seq, seq)
   prev = index_doc(KEYS[5], KEYS[6], KEYS[7], ARGV[2], seq, ARGV[5 + n + i], ARGV[5 + 2 * n + i],
-                   prev, w, now)
+                   ARGV[5 + 3 * n + i], prev, w, now)
 end
 redis.call('HSET', KEYS[1], 'epoch', epoch, 'last_seq', seq, 'updated_at', now)
 redis.call('SADD', KEYS[4], ARGV[1])
@@ -286,22 +294,24 @@ end
 return out
 """
 
-# KEYS: xd, m, x; ARGV: index base, limit, role ('' = any), rescore, average length, n terms,
-# terms..., their idfs..., n reads, reads ("<limit, -1: all>:<term>,<term>...", 1-based)...,
-# probes (1-based terms)... -> flat list seq, record, reason, score, stored at (ms), best first.
-# Carries out a plan of host_stub/memory/search_plan.py (plan_search), then choose and score.
+# KEYS: xd, m, x, xo; ARGV: index base, limit, role ('' = any), rescore, n terms, terms...,
+# their idfs..., n reads, reads ("<limit, -1: all>:<term>,<term>...", 1-based)..., probes
+# (1-based terms)... -> {the chosen candidates, one line each: "<seq> <length> <stored at, ms>
+# <the weighted frequency of each term> ...<TAB><own terms: '<tool> <term> ...', or '?' when
+# not stored>", then seq, record, reason of those that can be among the best}. Carries out a
+# plan of host_stub/memory/search_plan.py (plan_search), then choose; search_plan.rank orders
+# what it returns.
 _SEARCH = r"""
 local base, limit, role = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local rescore, avg = tonumber(ARGV[4]), tonumber(ARGV[5])
-if rescore < limit then rescore = limit end
-if avg <= 0 then avg = 1 end
-local nt = tonumber(ARGV[6])
+local more = tonumber(ARGV[4])
+local rescore = math.max(more, limit)
+local nt = tonumber(ARGV[5])
 local terms, idfs = {}, {}
 for t = 1, nt do
-  terms[t] = ARGV[6 + t]
-  idfs[t] = tonumber(ARGV[6 + nt + t])
+  terms[t] = ARGV[5 + t]
+  idfs[t] = tonumber(ARGV[5 + nt + t])
 end
-local at = 7 + 2 * nt
+local at = 6 + 2 * nt
 local nr = tonumber(ARGV[at])
 local reads = {}
 for r = 1, nr do
@@ -324,17 +334,16 @@ local function wanted(seq)
   return r
 end
 -- holders[t]: seq -> the term's frequency, for the candidates known to hold term t (all of
--- them, complete[t], for the terms read whole); est: seq -> summed idf
-local holders, complete, est, cands = {}, {}, {}, {}
+-- them, complete[t], for the terms read whole)
+local holders, complete, seen, cands = {}, {}, {}, {}
 for t = 1, nt do holders[t] = {} end
 local function hold(t, seq, tf)
   if holders[t][seq] then return end
   holders[t][seq] = tf
-  if not est[seq] then
-    est[seq] = 0
+  if not seen[seq] then
+    seen[seq] = true
     cands[#cands + 1] = seq
   end
-  est[seq] = est[seq] + idfs[t]
 end
 local windows = {}  -- the newest of one term: {term, oldest seq read}
 for _, read in ipairs(reads) do
@@ -405,44 +414,71 @@ for _, u in ipairs(probes) do
     end
   end
 end
+-- choose: the best by the summed idf of the terms known held (summed in the terms' order, as
+-- search_plan.choose does), ties to the newer, and the rest of a tie with the last of them if it
+-- fits in `more` more
 local chosen = cands
 if #cands > rescore then
+  local est = {}
+  for _, seq in ipairs(cands) do
+    local e = 0
+    for t = 1, nt do
+      if holders[t][seq] then e = e + idfs[t] end
+    end
+    est[seq] = e
+  end
   table.sort(cands, function(p, q)
     if est[p] ~= est[q] then return est[p] > est[q] end
     return p > q
   end)
+  local last = rescore
+  while last < #cands and est[cands[last + 1]] == est[cands[rescore]] do last = last + 1 end
+  if last > rescore + more then last = rescore end
   chosen = {}
-  for j = 1, rescore do chosen[j] = cands[j] end
+  for j = 1, last do chosen[j] = cands[j] end
 end
-local scored = {}
+local lines, found, legacy = {}, {}, {}
 for _, seq in ipairs(chosen) do
   local raw = redis.call('HGET', KEYS[1], seq)
-  local len = tonumber(string.match(raw, '^(%S+)'))
-  local norm = 1.2 * (1 - 0.75 + 0.75 * len / avg)
-  local total = 0
+  local head = {seq, string.match(raw, '^(%S+) (%d+)')}
+  local f = 0
   for t = 1, nt do
-    if idfs[t] > 0 then
-      local tf = holders[t][seq]
-      if tf == nil and not complete[t] then
-        tf = tonumber(redis.call('ZSCORE', base .. terms[t], seq) or '0')
-      end
-      if tf and tf > 0 then total = total + idfs[t] * tf * (1.2 + 1) / (tf + norm) end
+    local tf = holders[t][seq]
+    if tf == nil and not complete[t] and idfs[t] > 0 then
+      tf = tonumber(redis.call('ZSCORE', base .. terms[t], seq) or '0')
     end
+    tf = tf or 0
+    if idfs[t] > 0 and tf > 0 then f = f + idfs[t] end
+    head[#head + 1] = string.format('%.17g', tf)
   end
-  if total > 0 then scored[#scored + 1] = {seq, total, string.match(raw, '^%S+ (%d+)')} end
+  local own = redis.call('HGET', KEYS[4], 'o' .. seq)
+  if not own then
+    own = '?'
+    legacy[seq] = true
+  end
+  lines[#lines + 1] = table.concat(head, ' ') .. '\t' .. own
+  found[#found + 1] = {seq, f}
 end
-table.sort(scored, function(p, q)
-  if p[2] ~= q[2] then return p[2] > q[2] end
-  return p[1] > q[1]
-end)
-local out = {}
-for j = 1, math.min(limit, #scored) do
-  local item = scored[j]
-  out[#out + 1] = item[1]
-  out[#out + 1] = redis.call('HGET', KEYS[2], item[1])
-  out[#out + 1] = redis.call('HGET', KEYS[3], item[1])
-  out[#out + 1] = string.format('%.17g', item[2])
-  out[#out + 1] = item[3]
+local out = {table.concat(lines, '\n')}
+-- the records of the candidates that can be among the best by the ranking's first key (the
+-- summed idf of the terms found, in the terms' order: search_plan.rank cuts the same way), and
+-- of those whose own terms are not stored
+local sums = {}
+for _, item in ipairs(found) do
+  if item[2] > 0 then sums[#sums + 1] = item[2] end
+end
+local cut = 0
+if #sums > limit then
+  table.sort(sums, function(a, b) return a > b end)
+  cut = sums[limit]
+end
+for _, item in ipairs(found) do
+  local seq = item[1]
+  if (item[2] > 0 and item[2] >= cut) or legacy[seq] then
+    out[#out + 1] = seq
+    out[#out + 1] = redis.call('HGET', KEYS[2], seq)
+    out[#out + 1] = redis.call('HGET', KEYS[3], seq)
+  end
 end
 return out
 """
@@ -826,12 +862,23 @@ class RedisMemory:
         owns = [own_terms(message) for message in messages]
         docs = [_index_doc(own) for own in owns]
         lent = [_pairs(context_of(own)) if own else "" for own in owns]
+        ordered = [_own_entry(m, own) for m, own in zip(messages, owns, strict=True)]
         s, m, a, _, _ = self._session_keys(session_id)
         xd, xf, xo, base = self._index_keys(session_id)
         epoch, last = await self._run(
             "append",
             [s, m, a, self._sessions, xd, xf, xo],
-            [session_id, base, len(tails), CONTEXT_SPAN, CONTEXT_WEIGHT, *tails, *docs, *lent],
+            [
+                session_id,
+                base,
+                len(tails),
+                CONTEXT_SPAN,
+                CONTEXT_WEIGHT,
+                *tails,
+                *docs,
+                *lent,
+                *ordered,
+            ],
         )
         first = int(last) - len(rows) + 1
         return [
@@ -881,7 +928,7 @@ class RedisMemory:
         if not terms or not limit:
             return []
         _, m, _, _, x = self._session_keys(session_id)
-        xd, xf, _, base = self._index_keys(session_id)
+        xd, xf, xo, base = self._index_keys(session_id)
         with self._errors():
             async with self._client.pipeline(transaction=False) as pipe:
                 pipe.hlen(xd)
@@ -904,7 +951,6 @@ class RedisMemory:
             limit,
             role or "",
             search_plan.RESCORE,
-            repr(plan.avg_len),
             len(terms),
             *terms,
             *(repr(w) for w in plan.idfs),
@@ -912,14 +958,49 @@ class RedisMemory:
             *reads,
             *(i + 1 for i in plan.probes),
         ]
-        flat = await self._run("search", [xd, m, x], args)
+        flat = await self._run("search", [xd, m, x, xo], args)
+        if not flat:
+            return []
+        records = {
+            int(flat[i]): (_text(flat[i + 1]), flat[i + 2])
+            for i in range(1, len(flat), 3)
+            if flat[i + 1] is not None
+        }
+        candidates: list[Candidate] = []
+        stored_at: dict[int, int] = {}
+        for line in _text(flat[0]).split("\n"):
+            head, _, own = line.partition("\t")
+            seq_text, length, stored, *tfs = head.split(" ")
+            seq = int(seq_text)
+            stored_at[seq] = int(stored)
+            if own == "?":  # indexed before the own terms were kept: read from its message
+                if seq not in records:
+                    continue
+                message = _message(seq, records[seq][0], None)
+                words, tool = " ".join(own_terms(message) or []), tool_message(message)
+            else:
+                flag, _, words = own.partition(" ")
+                tool = flag == "1"
+            candidates.append(Candidate(seq, [float(tf) for tf in tfs], float(length), words, tool))
+        best = search_plan.rank(plan, candidates, limit)
+        missing = [seq for seq, _ in best if seq not in records]
+        if missing:  # the script returns them all; never read twice in practice
+            with self._errors():
+                async with self._client.pipeline(transaction=False) as pipe:
+                    pipe.hmget(m, missing)
+                    pipe.hmget(x, missing)
+                    got, reasons = await pipe.execute()
+            for seq, record, reason in zip(missing, got, reasons, strict=True):
+                if record is not None:
+                    records[seq] = (_text(record), reason)
         return [
             SearchHit(
-                message=_message(flat[i], flat[i + 1], flat[i + 2]),
-                score=float(flat[i + 3]),
-                stored_at=to_datetime(int(flat[i + 4]) / 1000),
+                message=_message(seq, records[seq][0], records[seq][1]),
+                score=value,
+                stored_at=to_datetime(stored_at[seq] / 1000),
             )
-            for i in range(0, len(flat), 5)
+            for seq, value in best
+            if seq in records
         ]
 
     async def get_range(self, session_id: str, from_seq: int, to_seq: int) -> list[Message]:
@@ -1156,6 +1237,14 @@ def _pairs(terms: Sequence[str]) -> str:
     for term in terms:
         counts[term] = counts.get(term, 0) + 1
     return " ".join(f"{term}:{tf}" for term, tf in counts.items())
+
+
+def _own_entry(message: Message, own: list[str] | None) -> str:
+    """What the ranking reads of a message: ``"<tool> <term> ..."``, its own terms in order
+    (``tool`` 1 for a tool's traffic, else 0); ``""`` for a message that is not indexed."""
+    if own is None:
+        return ""
+    return " ".join([str(int(tool_message(message))), *own])
 
 
 def _index_doc(own: list[str] | None) -> str:

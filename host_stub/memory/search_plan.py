@@ -16,10 +16,33 @@ A message is indexed under its own terms and, at half weight, those of the messa
 :data:`CONTEXT_SPAN` seqs back): a reply such as "Lima." is found by the words of the question
 it answers. Queries match ANY of their terms (OR).
 
-Ranking is one BM25 on every backend (:func:`score`): FTS5's ``bm25`` formula (k1 1.2, b 0.75,
-the idf ``log((N - df + 0.5) / (df + 0.5))``, at least 1e-6), with the lent terms counting
-:data:`CONTEXT_WEIGHT` in a message's term frequencies and length (BM25F's weighted fields), and
-N, df and the average length taken from the searched session alone.
+Ranking is the same on every backend (:func:`rank`, pure Python, given what each candidate
+holds). The candidates are ordered by, in turn:
+
+1. the summed idf of the query's distinct terms the message is found by, its own or lent ones
+   (coordination, weighted by rarity): a message holding all of the terms another holds, and
+   more, ranks above it (all the words above one of them), and the rarer words count more than
+   the common ones;
+2. the summed idf of those it holds in its OWN text, times :data:`TOOL_WEIGHT` for a tool's
+   traffic (a tool result, an assistant message carrying tool calls: :func:`tool_message`): of
+   two messages found by the same terms, the one that says them ranks above the one they were
+   only lent to, and a user's or assistant's own sentence above a call's arguments or a tool's
+   result that merely mention them;
+3. how many consecutive pairs of the query's terms stand next to each other, in the query's
+   order, in its own terms (the phrase; function words and one-letter words are not terms, so
+   "peanut allergy" also matches "peanut, the allergy"): the phrase ranks above the same words
+   scattered;
+4. BM25 (:func:`score`): FTS5's ``bm25`` formula (k1 1.2, b 0.75, the idf ``log((N - df + 0.5)
+   / (df + 0.5))``, at least 1e-6), with the lent terms counting :data:`CONTEXT_WEIGHT` in a
+   message's term frequencies and length (BM25F's weighted fields), and N, df and the average
+   length taken from the searched session alone; times :data:`TOOL_WEIGHT` for a tool's
+   traffic;
+5. the newer message.
+
+A hit's score is its first key (the summed idf of the terms it is found by): higher is better,
+equal scores are ordered by the other keys, comparable within one answer only. Every sum of
+idfs goes in the order of the query's terms, so equal sets of terms give equal sums on every
+backend.
 
 Bounded work, however large the session (:func:`plan_search`, :func:`choose`). A search reads
 about :data:`MAX_POSTINGS` postings at most: the query's terms go rarest first, each one's
@@ -29,10 +52,14 @@ selective first, the newest of each), and the newest messages holding the rarest
 messages are the candidates: a message holding only common query words ranks low anyway (the
 MaxScore idea), one holding several of them does not. The terms not read whole are then probed
 among the candidates (which of them hold it; an indexed intersection, cheap), each candidate is
-estimated by the summed idf of the query terms it holds, and only the :data:`RESCORE` best by
-that estimate are scored in full (term frequencies and lengths read). In a session of at most
-:data:`MAX_POSTINGS` messages every list is read whole, so the candidates are all the matches;
-the estimate then only decides which of them are scored.
+estimated by the summed idf of the query terms it holds (the ranking's first key, as far as the
+terms read and probed tell), and only the :data:`RESCORE` best by that estimate are ranked in
+full (term frequencies, lengths, own terms in order and whether it is a tool's traffic read: at
+most :data:`MAX_INDEX_TERMS` own terms each), with, when the last of them ties with candidates
+left out, all of those if they fit in :data:`RESCORE` more (ranked in full at most twice
+:data:`RESCORE`; a larger tie goes to the newer). In a session of at most :data:`MAX_POSTINGS`
+messages every list is read whole, so the candidates are all the matches; the estimate then
+only decides which of them are ranked.
 """
 
 from __future__ import annotations
@@ -42,8 +69,9 @@ import itertools
 import math
 import re
 import unicodedata
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..messages import Message, text_of
 
@@ -53,15 +81,20 @@ __all__ = [
     "MAX_INDEX_TERMS",
     "MAX_POSTINGS",
     "RESCORE",
+    "TOOL_WEIGHT",
+    "Candidate",
     "Plan",
     "Read",
     "choose",
     "idf",
     "index_terms",
+    "own_matches",
     "plan_search",
     "query_terms",
+    "rank",
     "score",
     "search_text",
+    "tool_message",
 ]
 
 #: Terms indexed per message at most (a huge tool result is indexed by its first terms).
@@ -98,6 +131,11 @@ B = 0.75
 #: A lent term counts this much against one of the message's own (in BM25's term frequency and
 #: length).
 CONTEXT_WEIGHT = 0.5
+#: A tool's traffic (a tool result, an assistant message carrying tool calls) says its own terms
+#: this much, against a user's or assistant's sentence (in the ranking's second key and its BM25:
+#: see :func:`rank`): a call's arguments or a result that mention the words rank below what
+#: someone said with them.
+TOOL_WEIGHT = 0.5
 
 _STOP = frozenset(
     """a an and are as at be been being but by can could did do does doing done for from had has
@@ -341,6 +379,12 @@ def search_text(message: Message) -> str:
     return "\n".join(p for p in parts if p)
 
 
+def tool_message(message: Message) -> bool:
+    """Whether a message is a tool's traffic: a tool result, or an assistant message carrying
+    tool calls (its searchable text is then mostly their names and arguments)."""
+    return message.role == "tool" or (message.role == "assistant" and bool(message.tool_calls))
+
+
 def indexable(message: Message) -> bool:
     """Event markers are the host's bookkeeping: never indexed, never found."""
     return not message.is_marker
@@ -490,16 +534,20 @@ def plan_search(
 
 
 def choose(plan: Plan, holders: Mapping[int, Collection[int]], limit: int = 0) -> list[int]:
-    """The candidates worth scoring in full: the ``count`` best by the summed idf of the query
+    """The candidates worth ranking in full: the ``count`` best by the summed idf of the query
     terms they are known to hold (``holders``: term -> the candidates holding it; the terms read
     and the probed ones), ties to the newer; all of them when there are at most ``count``.
-    ``count`` is :data:`RESCORE`, or the ``limit`` of results asked for if that is more."""
+    ``count`` is :data:`RESCORE`, or the ``limit`` of results asked for if that is more. When
+    candidates left out tie with the last one taken, and all of them fit in :data:`RESCORE`
+    more, they are taken too: the estimate cannot order a tie, so their ranking does."""
     count = max(RESCORE, limit)
+    room = count + RESCORE
     idfs = plan.idfs
-    sets = [(idfs[i], set(seqs)) for i, seqs in holders.items() if seqs]
+    # In the order of the query's terms, as every store sums (equal sets, equal sums).
+    sets = [(idfs[i], set(seqs)) for i, seqs in sorted(holders.items()) if seqs]
     # Most candidates hold one known term: only those holding several are summed one by one
-    # (set operations do the rest), and of each one-term group only its newest ``count`` can
-    # be among the best.
+    # (set operations do the rest), and of each one-term group only its newest ``room + 1``
+    # can be among the best.
     several: set[int] = set()
     for a in range(len(sets)):
         for b in range(a + 1, len(sets)):
@@ -510,10 +558,14 @@ def choose(plan: Plan, holders: Mapping[int, Collection[int]], limit: int = 0) -
             summed[seq] += weight
     ranked = [(value, seq) for seq, value in summed.items()]
     for weight, seqs in sets:
-        ranked.extend((weight, seq) for seq in sorted(seqs - several)[-count:])
+        ranked.extend((weight, seq) for seq in sorted(seqs - several)[-(room + 1) :])
     if len(ranked) <= count:
         return sorted(seq for _, seq in ranked)
-    return [seq for _, seq in heapq.nlargest(count, ranked)]
+    best = heapq.nlargest(room + 1, ranked)
+    end = count
+    while end < len(best) and best[end][0] == best[count - 1][0]:
+        end += 1
+    return [seq for _, seq in best[: end if end <= room else count]]
 
 
 def score(plan: Plan, docs: Iterable[tuple[int, Sequence[float], float]]) -> dict[int, float]:
@@ -523,17 +575,95 @@ def score(plan: Plan, docs: Iterable[tuple[int, Sequence[float], float]]) -> dic
     weights = [(i, w) for i, w in enumerate(plan.idfs) if w > 0]
     scores: dict[int, float] = {}
     for seq, tfs, length in docs:
-        norm = K1 * (1 - B + B * length / avg)
-        total = 0.0
-        for i, weight in weights:
-            tf = tfs[i]
-            if tf:
-                total += weight * tf * (K1 + 1) / (tf + norm)
+        total = _bm25(weights, tfs, length, avg)
         if total > 0:
             scores[seq] = total
     return scores
 
 
-def top(scores: dict[int, float], limit: int) -> list[tuple[int, float]]:
-    """The ``limit`` best ``(doc, score)``, best first; ties go to the newer (higher) seq."""
-    return sorted(scores.items(), key=lambda item: (-item[1], -item[0]))[:limit]
+def _bm25(
+    weights: Sequence[tuple[int, float]], tfs: Sequence[float], length: float, avg: float
+) -> float:
+    norm = K1 * (1 - B + B * length / avg)
+    total = 0.0
+    for i, weight in weights:
+        tf = tfs[i]
+        if tf:
+            total += weight * tf * (K1 + 1) / (tf + norm)
+    return total
+
+
+class Candidate(NamedTuple):
+    """What :func:`rank` needs of one candidate."""
+
+    #: The message's seq.
+    seq: int
+    #: The weighted frequency of each query term (own 1, lent :data:`CONTEXT_WEIGHT`).
+    tfs: Sequence[float]
+    #: Its weighted length (:func:`doc_length`).
+    length: float
+    #: Its own terms, in order, space-joined (as indexed: at most :data:`MAX_INDEX_TERMS`).
+    own: str
+    #: Whether it is a tool's traffic (:func:`tool_message`).
+    tool: bool
+
+
+def own_matches(terms: Sequence[str], own: str) -> tuple[list[int], int]:
+    """``(held, pairs)``: which of the query's distinct ``terms`` (their indexes, in order) stand
+    in ``own`` (a message's own terms in order, space-joined, as the stores keep them), and for
+    how many ``i`` the terms ``i`` and ``i + 1`` stand next to each other there, in that order
+    (the phrase, pair by pair)."""
+    return _matcher(terms)(own)
+
+
+def _matcher(terms: Sequence[str]) -> Callable[[str], tuple[list[int], int]]:
+    """:func:`own_matches` for one query, its needles made once."""
+    singles = [(i, f" {t} ") for i, t in enumerate(terms)]
+    pairs = [f" {a} {b} " for a, b in itertools.pairwise(terms)]
+
+    def match(own: str) -> tuple[list[int], int]:
+        padded = f" {own} "
+        held = [i for i, needle in singles if needle in padded]
+        if len(held) < 2:
+            return held, 0
+        return held, sum(1 for needle in pairs if needle in padded)
+
+    return match
+
+
+def rank(plan: Plan, candidates: Iterable[Candidate], limit: int) -> list[tuple[int, float]]:
+    """The ``limit`` best candidates, best first, as ``(seq, score)``, in the order the module's
+    docstring gives: the summed idf of the terms found (own or lent), of the own ones, the
+    phrase's pairs, BM25 (a tool's traffic at :data:`TOOL_WEIGHT` in the second and fourth),
+    the newer. The score is the first of them. A candidate holding none of the terms is left
+    out."""
+    if limit <= 0:
+        return []
+    idfs = plan.idfs
+    weights = [(i, w) for i, w in enumerate(idfs) if w > 0]
+    # The first key alone (summed in the terms' order); only candidates that can be among the
+    # best by it go on to the others.
+    firsts: list[tuple[float, Candidate]] = []
+    for c in candidates:
+        found = 0.0
+        for i, w in weights:
+            if c.tfs[i] > 0:
+                found += w
+        if found > 0:
+            firsts.append((found, c))
+    if len(firsts) > limit:
+        cut = heapq.nlargest(limit, (found for found, _ in firsts))[-1]
+        firsts = [item for item in firsts if item[0] >= cut]
+    avg = plan.avg_len if plan.avg_len > 0 else 1.0
+    match = _matcher(plan.terms)
+    keyed: list[tuple[float, float, int, float, int]] = []
+    for found, c in firsts:
+        held, pairs = match(c.own)
+        own = 0.0
+        for i in held:
+            own += idfs[i]
+        bm25 = _bm25(weights, c.tfs, c.length, avg)
+        if c.tool:
+            own, bm25 = own * TOOL_WEIGHT, bm25 * TOOL_WEIGHT
+        keyed.append((found, own, pairs, bm25, c.seq))
+    return [(key[-1], key[0]) for key in heapq.nlargest(limit, keyed)]

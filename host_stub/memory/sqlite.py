@@ -67,9 +67,10 @@ that archive (``commit_compression``, ``trim_history``: background work) or dele
 follows ``search_plan.plan_search``: it reads the planned lists and conjunctions
 (``group_concat`` of the rowids; ``ORDER BY rowid DESC LIMIT k`` for the newest of one term; an
 ``AND`` query read whole, its newest kept, as FTS5 walks those backwards slowly), probes the
-other terms with FTS5 ``AND`` queries, and scores the candidates ``search_plan.choose`` picks
-from FTS5's content table (``search_content``). FTS5's own ``bm25`` is not used: it ranks every
-match and takes its statistics from every session of the file.
+other terms with FTS5 ``AND`` queries, and ranks the candidates ``search_plan.choose`` picks
+with ``search_plan.rank``, from FTS5's content table (``search_content``) and each one's role
+(and, for an assistant's, whether its body holds tool calls). FTS5's own ``bm25`` is not used:
+it ranks every match and takes its statistics from every session of the file.
 
 Checkpoints. SQLite's automatic checkpoint (copying the WAL into the database file, every
 thousand pages) is run by the commit that takes the WAL past that mark; with a turn's appends
@@ -135,6 +136,7 @@ from .common import (
 )
 from .search_plan import (
     CONTEXT_SPAN,
+    Candidate,
     Indexed,
     choose,
     distinct_terms,
@@ -143,9 +145,8 @@ from .search_plan import (
     own_terms,
     plan_search,
     query_terms,
-    score,
+    rank,
     stored_counts,
-    top,
     with_context,
 )
 
@@ -1440,16 +1441,25 @@ def _search(
                 hold |= match(query, since=min(got) & _SEQ_MASK, roles=False)
         holders.setdefault(i, set()).update(hold & candidates)
     chosen = choose(plan, holders, limit)  # rowids: in one session, in the order of the seqs
-    entries = _rows_in(db, "SELECT id, c0, c1 FROM search_content WHERE id IN ({})", (), chosen)
+    # Each entry with whether its message is a tool's traffic (search_plan.tool_message).
+    entries = _rows_in(
+        db,
+        "SELECT c.id, c.c0, c.c1, CASE m.role WHEN 'tool' THEN 1"
+        " WHEN 'assistant' THEN json_extract(m.body, '$.tool_calls[0]') IS NOT NULL ELSE 0 END"
+        " FROM search_content c JOIN messages m ON m.session_id = ? AND m.seq = c.id - ?"
+        " WHERE c.id IN ({})",
+        (session_id, low),
+        chosen,
+    )
     index = {t: i for i, t in enumerate(terms)}
-    scores = score(
+    best = rank(
         plan,
         (
-            (int(rowid) & _SEQ_MASK, *stored_counts(index, own, context))
-            for rowid, own, context in entries
+            Candidate(int(rowid) & _SEQ_MASK, *stored_counts(index, own, context), own, bool(tool))
+            for rowid, own, context, tool in entries
         ),
+        limit,
     )
-    best = top(scores, limit)
     if not best:
         return []
     sql = (

@@ -75,7 +75,7 @@ from host_stub.datasets import (  # noqa: E402
     tau_action_identifiers,
 )
 from host_stub.messages import Message, text_of  # noqa: E402
-from plugin_memory_summary.identifiers import extract_identifiers  # noqa: E402
+from plugin_memory_summary.base.identifiers import extract_identifiers  # noqa: E402
 
 #: Sentences the question-driven reader takes from a context.
 TOP_K = 5

@@ -56,14 +56,14 @@ from host_stub.datasets import Conversation, load_locomo  # noqa: E402
 from host_stub.host import Host  # noqa: E402
 from host_stub.messages import Message  # noqa: E402
 from host_stub.transcripts import split_turns  # noqa: E402
-from plugin_memory_summary.demo import DEMO_CONFIG, EARLY_FACTS, generate_conversation  # noqa: E402
-from plugin_memory_summary.report.models import CompressionEvent  # noqa: E402
-from plugin_memory_summary.report.reasons import (  # noqa: E402
+from plugin_memory_summary.extras.demo import DEMO_CONFIG, EARLY_FACTS, generate_conversation  # noqa: E402
+from plugin_memory_summary.extras.report.models import CompressionEvent  # noqa: E402
+from plugin_memory_summary.extras.report.reasons import (  # noqa: E402
     dropped_items,
     fallback_kinds,
     ungrounded_samples,
 )
-from plugin_memory_summary.report.replay import replay_series  # noqa: E402
+from plugin_memory_summary.extras.report.replay import replay_series  # noqa: E402
 
 PLUGIN = "memory-summary"
 SESSION = "bench"

@@ -158,8 +158,8 @@ def time_plugin_code(steps: list[float], blocking: list[int]) -> Iterator[None]:
     the step waits for a compression, as a peer's step waits for its inline summarizer call.
     They are counted where every request goes, the scheduler (``before_model_call`` asks it
     directly, not through the plugin's ``request``)."""
+    from plugin_memory_summary.pipeline.scheduler import Scheduler
     from plugin_memory_summary.plugin import MemorySummaryPlugin
-    from plugin_memory_summary.scheduler import Scheduler
 
     depth = [0]
 

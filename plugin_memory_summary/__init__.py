@@ -2,16 +2,20 @@
 summary covers, and puts the summary back into the prompt.
 
 The host loads it through the ``host_stub.plugins`` entry point ``memory-summary``, which names
-:func:`create_plugin`, so every host gets its own instance.
+:func:`create_plugin`, so every host gets its own instance. The host-facing extras (the
+``host-stub`` and chat commands, the docs section) are a plugin of their own, :mod:`.extras`,
+behind a second entry point, ``memory-summary-extras``. The subpackages are layers (``base``,
+``record``, ``safety``, ``summarizer``, ``prompt`` and ``recall``, ``pipeline``, then
+:mod:`.plugin` and ``extras``); docs/architecture.md has the map.
 """
 
 from __future__ import annotations
 
-from .config import MemorySummaryConfig, PayloadCaps
-from .plugin import PLUGIN_NAME, MemoryContext, MemorySummaryPlugin
-from .record import SummaryRecord
-from .results import Result, Status
-from .summary_model import SummaryPayload
+from ._name import PLUGIN_NAME
+from .base import MemorySummaryConfig, PayloadCaps, Result, Status
+from .plugin import MemorySummaryPlugin
+from .prompt import MemoryContext
+from .record import SummaryPayload, SummaryRecord
 
 __all__ = [
     "PLUGIN_NAME",

@@ -1,8 +1,10 @@
 """The plugin: hook implementations and signal receivers feeding one compression pipeline.
 
-The work is done elsewhere: ``scheduler`` (single flight, cap, lease, every task), ``pipeline``
-(the compression as named steps), ``state`` (per-session numbers between turns) and ``tokens``
-(budgets, token counts, the injected block).
+The work is done elsewhere: the ``pipeline`` package (``scheduler``: single flight, cap, lease,
+every task; ``pipeline``: the compression as named steps) and the ``prompt`` package (``state``:
+per-session numbers between turns; ``tokens``: budgets, token counts, the injected block). The
+hooks that extend the host itself (CLI and chat commands, docs) are the ``extras`` package's,
+loaded through their own entry point.
 """
 
 from __future__ import annotations
@@ -25,26 +27,43 @@ from host_stub.services import (
     MessageArchiveService,
 )
 
-from .config import MemorySummaryConfig
-from .context import MemoryContext, memory_context
-from .contribution import fitted_replacements, summary_contribution
-from .decisions import hard_triggered, soft_triggered, turn_triggered
-from .extensions import HostExtensions
-from .hygiene import neutralise
-from .lease import warm_up
-from .maintenance import mark_stale, rebuild, update_record
-from .parts import NotStartedError, Parts
-from .pipeline import Pipeline
+from ._name import PLUGIN_NAME
+from .base import (
+    MemorySummaryConfig,
+    Result,
+    hard_triggered,
+    result,
+    soft_triggered,
+    turn_triggered,
+)
+from .pipeline import (
+    LEASE_BUSY,
+    LEASE_LOST,
+    NotStartedError,
+    Parts,
+    Pipeline,
+    Scheduler,
+    compress_before_call,
+    mark_stale,
+    rebuild,
+    update_record,
+)
+from .prompt import (
+    MAX_TRACKED_SESSIONS,
+    MemoryContext,
+    SessionTable,
+    TokenBook,
+    fitted_replacements,
+    memory_context,
+    summary_contribution,
+)
 from .record import SummaryRecord, read_record, with_pinned, with_text, without_pinned
-from .redact import Redactor
-from .results import Result, result
-from .scheduler import LEASE_BUSY, LEASE_LOST, Scheduler
-from .state import MAX_TRACKED_SESSIONS, SessionTable
-from .tokens import TokenBook
-from .watermark import compress_before_call
+from .safety import Redactor, neutralise
+from .summarizer import warm_up
 
-# The summarizer (``.summarize``, and through it ``.prompts`` and the rules engine) is imported by
-# the compression path on first use: a host that only injects an existing summary never loads it.
+# The summarizer (``summarizer.summarize``, and through it ``summarizer.prompts`` and the rules
+# engine) is imported by the compression path on first use: a host that only injects an existing
+# summary never loads it.
 
 __all__ = [
     "LEASE_BUSY",
@@ -55,13 +74,13 @@ __all__ = [
     "MemorySummaryPlugin",
 ]
 
-PLUGIN_NAME = "memory-summary"
 log = logging.getLogger("plugin_memory_summary")
 
 
-class MemorySummaryPlugin(HostExtensions):
+class MemorySummaryPlugin:
     """One instance per host (the entry point names :func:`create_plugin`); the hooks that
-    extend the host's CLI, chat and docs are in :class:`~.extensions.HostExtensions`."""
+    extend the host's CLI, chat and docs are in :class:`~.extras.HostExtensions`, a plugin of
+    its own."""
 
     name = PLUGIN_NAME
 
@@ -114,6 +133,11 @@ class MemorySummaryPlugin(HostExtensions):
     @hookimpl
     def plugin_config_schema(self) -> type[BaseModel]:
         return MemorySummaryConfig
+
+    @hookimpl
+    def plugin_models(self, config: MemorySummaryConfig, default_model: str | None) -> list[str]:
+        model = config.summary_model or default_model
+        return [model] if model else []
 
     @hookimpl
     def startup(
@@ -318,7 +342,7 @@ class MemorySummaryPlugin(HostExtensions):
     async def get_conversation_summary(self, session_id: str) -> str | None:
         """The current summary text of a session, or ``None``. Chat-template tokens, role
         headers and the block's delimiters in it are made inert as in the injected block
-        (:func:`.hygiene.neutralise`): a caller may well put it into a prompt. :meth:`show`
+        (:func:`.safety.neutralise`): a caller may well put it into a prompt. :meth:`show`
         gives the record as stored."""
         record = await self.show(session_id)
         return neutralise(record.text) if record and record.text else None

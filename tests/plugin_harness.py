@@ -10,7 +10,7 @@ from typing import Any
 from host_stub.memory.sqlite import SQLiteMemory
 from host_stub.testing import FakeLLM, HostHarness, message_tokens
 from plugin_memory_summary import PLUGIN_NAME, MemorySummaryPlugin
-from plugin_memory_summary.parsing import carries_instructions
+from plugin_memory_summary.summarizer.parsing import carries_instructions
 
 
 def json_summary(sent: list[dict[str, Any]]) -> str:

@@ -4,10 +4,10 @@ fold it (for the rules engine's tests)."""
 from __future__ import annotations
 
 from host_stub.messages import Message
-from plugin_memory_summary.config import PayloadCaps
-from plugin_memory_summary.fitting import render_payload
-from plugin_memory_summary.rules import rules_merge
-from plugin_memory_summary.summary_model import SummaryPayload
+from plugin_memory_summary.base.config import PayloadCaps
+from plugin_memory_summary.record.fitting import render_payload
+from plugin_memory_summary.record.summary_model import SummaryPayload
+from plugin_memory_summary.summarizer.rules import rules_merge
 
 
 def count(text: str) -> int:

@@ -36,8 +36,8 @@ from host_stub.messages import Message, scrub_surrogates
 from host_stub.plugins import get_plugin_manager, plugin_config, read_manifest
 from host_stub.testing import FakeLLM, message_tokens
 from host_stub.transcripts import TranscriptError, load_transcript
-from plugin_memory_summary.render import render_transcript
-from plugin_memory_summary.text import cut_text
+from plugin_memory_summary.base.text import cut_text
+from plugin_memory_summary.summarizer.transcript import render_transcript
 
 PLUGIN = {
     "threshold": 6,

@@ -238,7 +238,7 @@ def test_server_window_parsing() -> None:
 
 async def test_the_replay_report_shows_the_calibration() -> None:
     from host_stub.messages import Message
-    from plugin_memory_summary.report import render_report, run_replay
+    from plugin_memory_summary.extras.report import render_report, run_replay
 
     summary = json.dumps({"goal": "plan the trip", "summary": "Lena plans a trip to Kyoto."})
     server = FakeOpenAIServer(summary, count_prompt=provider_count)

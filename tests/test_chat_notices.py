@@ -9,7 +9,7 @@ from plugin_harness import json_summary, plugin_host
 
 from host_stub.messages import Message
 from host_stub.testing import FakeLLM
-from plugin_memory_summary.chat import chat_commands
+from plugin_memory_summary.extras.chat import chat_commands
 
 CONFIG = {"threshold": 1000, "keep_recent": 2, "auto_compress_threshold": 0, "recall_tokens": 0}
 

@@ -35,7 +35,7 @@ from host_stub.transcripts import (
     load_transcript,
     with_replay_keys,
 )
-from plugin_memory_summary.commands import status_line
+from plugin_memory_summary.extras.commands import status_line
 
 SCRIPT = Path(sys.executable).parent / "host-stub"
 

@@ -30,7 +30,7 @@ from host_stub.memory.sqlite import SQLiteMemory
 from host_stub.messages import Message
 from host_stub.testing import FakeLLM, message_tokens
 from host_stub.transcripts import REPLAY_KEY, load_transcript
-from plugin_memory_summary.report.replay import replay_series
+from plugin_memory_summary.extras.report.replay import replay_series
 
 # -- 1: settling after a turn waits for the host's and the plugins' own work only --------------
 

@@ -33,9 +33,9 @@ from test_memory_contract import pg_drop, pg_url
 from host_stub.config import HostConfig
 from host_stub.host import Host
 from host_stub.transcripts import TranscriptError, load_transcript
-from plugin_memory_summary import commands as plugin_commands
-from plugin_memory_summary.commands import status_line
-from plugin_memory_summary.report import CompressionEvent, compression_line
+from plugin_memory_summary.extras import commands as plugin_commands
+from plugin_memory_summary.extras.commands import status_line
+from plugin_memory_summary.extras.report import CompressionEvent, compression_line
 
 SCRIPT = Path(sys.executable).parent / "host-stub"
 ROOT = Path(__file__).resolve().parent.parent

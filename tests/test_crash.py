@@ -37,7 +37,7 @@ from plugin_harness import plugin_host
 from host_stub.memory.sqlite import SQLiteMemory
 from host_stub.messages import Message
 from host_stub.testing import message_tokens
-from plugin_memory_summary.config import MemorySummaryConfig
+from plugin_memory_summary.base.config import MemorySummaryConfig
 
 KILLS = 3
 SESSION = "s"

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from host_stub.messages import Message, ToolCall, ToolCallFunction, tool_groups
-from plugin_memory_summary.decisions import (
+from plugin_memory_summary.base.decisions import (
     conversation_messages,
     counters_after_run,
     cut_point,

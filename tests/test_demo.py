@@ -16,7 +16,7 @@ from fake_openai import FakeOpenAIServer, Reply
 
 from host_stub.cli import main
 from host_stub.messages import Message, tool_groups
-from plugin_memory_summary.demo import DEMO_CONFIG, EARLY_FACTS, FACTS, generate_conversation
+from plugin_memory_summary.extras.demo import DEMO_CONFIG, EARLY_FACTS, FACTS, generate_conversation
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -371,7 +371,7 @@ async def test_compression_stats_count_the_previous_summary_before_as_after() ->
     from host_stub.config import HostConfig
     from host_stub.host import open_host
     from host_stub.transcripts import split_turns
-    from plugin_memory_summary.decisions import conversation_messages
+    from plugin_memory_summary.base.decisions import conversation_messages
 
     config = HostConfig.model_validate(
         {

@@ -19,7 +19,7 @@ from host_stub.host import Host
 from host_stub.memory.inmemory import InMemoryMemory
 from host_stub.plugins import PluginManifest
 from host_stub.testing import FakeLLM, simple_count
-from plugin_memory_summary.config import MemorySummaryConfig
+from plugin_memory_summary.base.config import MemorySummaryConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

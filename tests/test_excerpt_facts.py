@@ -4,8 +4,8 @@ small talk of as many words."""
 from __future__ import annotations
 
 from host_stub.testing import simple_count
-from plugin_memory_summary.excerpts import select_excerpts
-from plugin_memory_summary.summary_model import Excerpt
+from plugin_memory_summary.record.summary_model import Excerpt
+from plugin_memory_summary.summarizer.excerpts import select_excerpts
 
 #: More words than the fact, none of them a name, a number or a date.
 SMALL_TALK = (

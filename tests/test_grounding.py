@@ -16,16 +16,21 @@ from plugin_harness import plugin_host
 
 from host_stub.messages import Message
 from host_stub.testing import FakeLLM
-from plugin_memory_summary.answers import AnswerRejected, Grounds, grounding_reason, read_answer
-from plugin_memory_summary.parsing import nothing_said_reason, standing_rule_reason
-from plugin_memory_summary.report.reasons import (
+from plugin_memory_summary.base.text import sentences
+from plugin_memory_summary.extras.report.reasons import (
     dropped_items,
     fallback_kinds,
     reason_kind,
     reason_parts,
     ungrounded_samples,
 )
-from plugin_memory_summary.text import sentences
+from plugin_memory_summary.summarizer.answers import (
+    AnswerRejected,
+    Grounds,
+    grounding_reason,
+    read_answer,
+)
+from plugin_memory_summary.summarizer.parsing import nothing_said_reason, standing_rule_reason
 
 #: Manual compressions only; the test asks for them.
 CONFIG = {"threshold": 1000, "keep_recent": 2, "auto_compress_threshold": 0, "recall_tokens": 0}
@@ -310,8 +315,8 @@ def test_what_people_did_or_like_is_no_standing_rule(text: str) -> None:
 
 def test_the_record_keeps_no_range_wider_than_the_batch_for_a_model_line() -> None:
     # The seq range of a digest excerpt is its batch's, whatever the items.
-    from plugin_memory_summary.answers import Answer, digest_excerpts
-    from plugin_memory_summary.summary_model import SummaryPayload
+    from plugin_memory_summary.record.summary_model import SummaryPayload
+    from plugin_memory_summary.summarizer.answers import Answer, digest_excerpts
 
     batch = [Message(role="user", content="x", seq=s) for s in (7, 8, 12)]
     answer = Answer(payload=SummaryPayload(stable_facts=["A fact."]), digest=["A line."])

@@ -16,14 +16,14 @@ from plugin_harness import Harness, json_summary, plugin_host
 import plugin_memory_summary.plugin as plugin_module
 from host_stub.messages import Message
 from host_stub.testing import FakeLLM
-from plugin_memory_summary.decisions import (
+from plugin_memory_summary.base.decisions import (
     after_compression,
     plan_compression,
     plan_watermark,
 )
-from plugin_memory_summary.fitting import render_payload
-from plugin_memory_summary.hygiene import SUMMARY_OPEN, wrap_summary_block
-from plugin_memory_summary.summary_model import SummaryPayload
+from plugin_memory_summary.record.fitting import render_payload
+from plugin_memory_summary.record.summary_model import SummaryPayload
+from plugin_memory_summary.safety.hygiene import SUMMARY_OPEN, wrap_summary_block
 
 
 def seq(messages: list[Message], tokens: int = 100) -> list[Message]:

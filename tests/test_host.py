@@ -81,6 +81,7 @@ def make_host(*plugins: tuple[str, Any], llm: FakeLLM | None = None, **host: Any
 def test_entry_point_lists_the_plugin() -> None:
     names = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
     assert names["memory-summary"] == "plugin_memory_summary:create_plugin"
+    assert names["memory-summary-extras"] == "plugin_memory_summary.extras:create_extension"
 
 
 def test_installed_plugins_are_looked_up_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -38,7 +38,7 @@ def test_no_file_of_host_stub_names_the_plugin() -> None:
 
 def test_the_name_scan_would_find_an_import_or_a_name() -> None:
     for line in (
-        "from plugin_memory_summary.config import MemorySummaryConfig",
+        "from plugin_memory_summary.base.config import MemorySummaryConfig",
         'item = host.plugins.get("memory-summary")',
         "pip install 'plugin-memory-summary[redis]'",
     ):

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plugin_memory_summary.hygiene import (
+from plugin_memory_summary.safety.hygiene import (
     SUMMARY_CLOSE,
     SUMMARY_OPEN,
     framing_overhead,

@@ -16,20 +16,20 @@ import sys
 import textwrap
 
 import plugin_memory_summary
-from plugin_memory_summary.patterns import LazyRegex
-from plugin_memory_summary.redact import Redactor
-from plugin_memory_summary.report.screen import TERMINAL_SETTINGS
+from plugin_memory_summary.base.patterns import LazyRegex
+from plugin_memory_summary.extras.report.screen import TERMINAL_SETTINGS
+from plugin_memory_summary.safety.redact import Redactor
 
 #: Modules that ``import plugin_memory_summary`` (and ``create_plugin()``) must not load.
 NOT_AT_IMPORT = (
     "litellm",
     "regex",
-    "plugin_memory_summary.summarize",
-    "plugin_memory_summary.rules",
-    "plugin_memory_summary.prompts",
-    "plugin_memory_summary.commands",
-    "plugin_memory_summary.parsing",
-    "plugin_memory_summary.identifiers",
+    "plugin_memory_summary.summarizer.summarize",
+    "plugin_memory_summary.summarizer.rules",
+    "plugin_memory_summary.summarizer.prompts",
+    "plugin_memory_summary.extras.commands",
+    "plugin_memory_summary.summarizer.parsing",
+    "plugin_memory_summary.base.identifiers",
 )
 
 _CHECK = """
@@ -115,10 +115,10 @@ late = sorted(
     m
     for m in (
         "litellm",
-        "plugin_memory_summary.summarize",
-        "plugin_memory_summary.rules",
-        "plugin_memory_summary.parsing",
-        "plugin_memory_summary.identifiers",
+        "plugin_memory_summary.summarizer.summarize",
+        "plugin_memory_summary.summarizer.rules",
+        "plugin_memory_summary.summarizer.parsing",
+        "plugin_memory_summary.base.identifiers",
     )
     if m in sys.modules
 )
@@ -145,11 +145,13 @@ def test_injecting_a_summary_loads_neither_the_summarizer_nor_the_rules_engine()
 
 def _lazy_patterns() -> list[tuple[str, LazyRegex]]:
     found: list[tuple[str, LazyRegex]] = []
-    for info in pkgutil.iter_modules(plugin_memory_summary.__path__):
-        module = importlib.import_module(f"plugin_memory_summary.{info.name}")
+    prefix = "plugin_memory_summary."
+    for info in pkgutil.walk_packages(plugin_memory_summary.__path__, prefix):
+        module = importlib.import_module(info.name)
+        short = info.name.removeprefix(prefix)
         for name, value in vars(module).items():
             values = value if isinstance(value, list | tuple) else [value]
-            found += [(f"{info.name}.{name}", v) for v in values if isinstance(v, LazyRegex)]
+            found += [(f"{short}.{name}", v) for v in values if isinstance(v, LazyRegex)]
     found += [(f"redact.{name}", p) for name, p in Redactor().passes]
     return found
 
@@ -248,8 +250,8 @@ HEAVY = (
     "tiktoken",
     "rich",
     "regex",
-    "plugin_memory_summary.summarize",
-    "plugin_memory_summary.rules",
+    "plugin_memory_summary.summarizer.summarize",
+    "plugin_memory_summary.summarizer.rules",
 )
 
 _ONE_COMMAND = r"""

@@ -35,9 +35,9 @@ from plugin_harness import json_summary, plugin_host
 
 from host_stub.messages import Message, ToolCall, ToolCallFunction
 from host_stub.testing import FakeLLM
-from plugin_memory_summary.hygiene import SUMMARY_CLOSE, SUMMARY_OPEN, live_markers
-from plugin_memory_summary.prompts import DEFAULT_PROMPTS, PROSE_PROMPTS
-from plugin_memory_summary.speed import Sample
+from plugin_memory_summary.safety.hygiene import SUMMARY_CLOSE, SUMMARY_OPEN, live_markers
+from plugin_memory_summary.summarizer.prompts import DEFAULT_PROMPTS, PROSE_PROMPTS
+from plugin_memory_summary.summarizer.speed import Sample
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,5 +1,6 @@
-"""The compression lease as a run holds it (``plugin_memory_summary.lease``): renewed while the
-run lives, fenced, and taken only once the slow imports are done.
+"""The compression lease as a run holds it (``plugin_memory_summary.pipeline.lease``): renewed
+while the run lives, fenced, and taken only once the slow imports are done (the summarizer's
+``warm_up``).
 
 Lease expiry is read from an injected clock (the in-memory store's ``clock``), and the renewal
 loop's sleep is injected too where the test drives it: no test here depends on how fast the
@@ -26,8 +27,9 @@ from host_stub.memory.sqlite import SQLiteMemory
 from host_stub.messages import Message
 from host_stub.services import LeaseToken
 from host_stub.testing import FakeLLM, message_tokens
-from plugin_memory_summary.lease import KeptLease, renew_interval, warm_up
+from plugin_memory_summary.pipeline.lease import KeptLease, renew_interval
 from plugin_memory_summary.plugin import LEASE_LOST, PLUGIN_NAME
+from plugin_memory_summary.summarizer.warm import warm_up
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

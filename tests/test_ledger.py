@@ -12,14 +12,14 @@ from hypothesis import strategies as st
 
 from host_stub.messages import Message, ToolCall, ToolCallFunction
 from host_stub.testing import FakeLLM, simple_count
-from plugin_memory_summary.config import MemorySummaryConfig, PayloadCaps
-from plugin_memory_summary.fitting import fit_to_budget, render_payload
-from plugin_memory_summary.ledger import is_read_only, ledger_entries
-from plugin_memory_summary.ledger_text import action_phrase, ledger_lines
-from plugin_memory_summary.redact import Redactor
-from plugin_memory_summary.rules import rules_merge
-from plugin_memory_summary.summarize import summarize_batches
-from plugin_memory_summary.summary_model import LedgerEntry, SummaryPayload
+from plugin_memory_summary.base.config import MemorySummaryConfig, PayloadCaps
+from plugin_memory_summary.record.fitting import fit_to_budget, render_payload
+from plugin_memory_summary.record.ledger_text import action_phrase, ledger_lines
+from plugin_memory_summary.record.summary_model import LedgerEntry, SummaryPayload
+from plugin_memory_summary.safety.redact import Redactor
+from plugin_memory_summary.summarizer.ledger import is_read_only, ledger_entries
+from plugin_memory_summary.summarizer.rules import rules_merge
+from plugin_memory_summary.summarizer.summarize import summarize_batches
 
 
 def call(call_id: str, name: str, **arguments: object) -> Message:

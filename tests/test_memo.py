@@ -9,16 +9,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from plugin_memory_summary import excerpts, identifiers
-from plugin_memory_summary.memo import MAX_CHARS, remembered
-from plugin_memory_summary.redact import Redactor
-from plugin_memory_summary.summary_model import (
+from plugin_memory_summary.base import identifiers
+from plugin_memory_summary.base.memo import MAX_CHARS, remembered
+from plugin_memory_summary.record.summary_model import (
     Excerpt,
     InProgressTask,
     SummaryPayload,
     TimelineEvent,
     copy_payload,
 )
+from plugin_memory_summary.safety.redact import Redactor
+from plugin_memory_summary.summarizer import excerpts
 
 
 def test_a_short_text_is_computed_once_a_long_one_every_time() -> None:
@@ -114,7 +115,7 @@ def test_a_payload_copy_shares_nothing_a_caller_can_change() -> None:
 def test_a_text_seen_again_is_not_scanned_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """Scrubbing, identifiers and content keys of a short text each run once: the second
     compression that reads the text gets the answers without running the patterns again."""
-    from plugin_memory_summary import redact
+    from plugin_memory_summary.safety import redact
 
     text = "Booking RES-90210 confirmed for flight ZX481 on 2031-04-02, seat 14C."
     scans: list[str] = []

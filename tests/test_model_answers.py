@@ -203,13 +203,13 @@ async def test_prose_whose_lines_open_with_bracketed_timestamps_is_used() -> Non
     ids=["object-after-stamp", "list-of-strings"],
 )
 def test_json_after_a_timestamp_is_still_debris(debris: str) -> None:
-    from plugin_memory_summary.parsing import debris_reason
+    from plugin_memory_summary.summarizer.parsing import debris_reason
 
     assert debris_reason(debris) is not None
 
 
 def test_prose_lines_a_weak_model_made_up_are_left_out() -> None:
-    from plugin_memory_summary.answers import read_answer
+    from plugin_memory_summary.summarizer.answers import read_answer
 
     source = (
         "user: I went to the LGBTQ support group yesterday, the transgender stories inspired me."
@@ -257,7 +257,7 @@ async def test_an_answer_that_only_talks_about_itself_or_to_the_user_falls_back(
     assert result["status"] == "error" and result["stats"]["fallback"] == "rules", result
     # Its own reason, one kind in the report.
     assert "answer rejected: meta-talk" in result["reason"], result["reason"]
-    from plugin_memory_summary.report.reasons import fallback_kinds
+    from plugin_memory_summary.extras.report.reasons import fallback_kinds
 
     assert [k for k, _, _ in fallback_kinds([result["reason"]])] == ["rejected: meta-talk"]
     for words in ("JSON object", "glad", "happy to help", "summary contains", "transcript shows"):
@@ -350,21 +350,21 @@ CONTENT = [
 
 @pytest.mark.parametrize("sentence", META_TALK)
 def test_meta_talk_is_recognised(sentence: str) -> None:
-    from plugin_memory_summary.parsing import meta_lead, meta_talk_reason
+    from plugin_memory_summary.summarizer.parsing import meta_lead, meta_talk_reason
 
     assert meta_talk_reason(sentence) is not None or not meta_lead(sentence), sentence
 
 
 @pytest.mark.parametrize("sentence", CONTENT)
 def test_the_conversations_content_is_not_meta_talk(sentence: str) -> None:
-    from plugin_memory_summary.parsing import meta_lead, meta_talk_reason
+    from plugin_memory_summary.summarizer.parsing import meta_lead, meta_talk_reason
 
     assert meta_talk_reason(sentence) is None, sentence
     assert meta_lead(sentence) == sentence
 
 
 def test_a_json_answer_of_meta_talk_is_rejected_with_its_own_reason() -> None:
-    from plugin_memory_summary.answers import AnswerRejected, read_answer
+    from plugin_memory_summary.summarizer.answers import AnswerRejected, read_answer
 
     with pytest.raises(AnswerRejected, match="^meta-talk"):
         read_answer(

@@ -13,9 +13,9 @@ import pytest
 
 from host_stub.messages import Message
 from host_stub.testing.llm import FakeLLM
-from plugin_memory_summary import summarize
-from plugin_memory_summary.config import MemorySummaryConfig
-from plugin_memory_summary.redact import Redactor
+from plugin_memory_summary.base import MemorySummaryConfig
+from plugin_memory_summary.safety import Redactor
+from plugin_memory_summary.summarizer import summarize
 
 HOLD_S = 0.3
 

@@ -8,21 +8,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from plugin_memory_summary.config import PayloadCaps
-from plugin_memory_summary.fitting import (
+from plugin_memory_summary.base.config import PayloadCaps
+from plugin_memory_summary.base.identifiers import extract_identifiers
+from plugin_memory_summary.record.fitting import (
     PayloadFitter,
     apply_caps,
     fit_to_budget,
     render_payload,
 )
-from plugin_memory_summary.identifiers import extract_identifiers
-from plugin_memory_summary.parsing import (
+from plugin_memory_summary.record.summary_model import InProgressTask, SummaryPayload, TimelineEvent
+from plugin_memory_summary.summarizer.parsing import (
     parse_summary_output,
     payload_from_text,
     plain_text_gate,
     refusal_reason,
 )
-from plugin_memory_summary.summary_model import InProgressTask, SummaryPayload, TimelineEvent
 
 
 def by_thirds(text: str) -> int:
@@ -822,7 +822,7 @@ def test_sources_only_ever_name_kept_identifiers(payload: SummaryPayload, budget
 
 
 def test_an_identifier_inside_a_longer_code_of_the_text_is_still_listed() -> None:
-    from plugin_memory_summary.fitting import says, unsaid_identifiers
+    from plugin_memory_summary.record.fitting import says, unsaid_identifiers
 
     said = "Booked flight HAT136 with certificate_7504069; ref K7XQ2M."
     assert unsaid_identifiers(["HAT13", "HAT136", "7504069", "K7XQ2M", "XQ2"], said) == [

@@ -18,9 +18,9 @@ from host_stub.messages import Message, ToolCall, ToolCallFunction
 from host_stub.services import Completion
 from host_stub.testing import FakeLLM, message_tokens
 from plugin_memory_summary import MemorySummaryConfig
-from plugin_memory_summary import state as state_module
-from plugin_memory_summary.hygiene import SUMMARY_CLOSE, SUMMARY_OPEN
-from plugin_memory_summary.speed import Sample
+from plugin_memory_summary.prompt import state as state_module
+from plugin_memory_summary.safety.hygiene import SUMMARY_CLOSE, SUMMARY_OPEN
+from plugin_memory_summary.summarizer.speed import Sample
 
 
 async def drain(h: Any) -> None:

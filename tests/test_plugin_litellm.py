@@ -29,8 +29,8 @@ from host_stub.llm import LiteLLMService, ensure_litellm
 from host_stub.memory.sqlite import SQLiteMemory
 from host_stub.messages import Message, ToolCall, ToolCallFunction
 from host_stub.services import SUMMARY_NAMESPACE
-from plugin_memory_summary.prompts import DEFAULT_PROMPTS
-from plugin_memory_summary.speed import Sample
+from plugin_memory_summary.summarizer.prompts import DEFAULT_PROMPTS
+from plugin_memory_summary.summarizer.speed import Sample
 
 MODEL = "openai/fake-model"
 WINDOW = 8000

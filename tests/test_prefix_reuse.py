@@ -19,7 +19,7 @@ from host_stub.memory.inmemory import InMemoryMemory
 from host_stub.messages import Message
 from host_stub.prompt import PrefixReuse, assemble_prompt, prefix_reuse, reuse_shares
 from host_stub.testing import FakeLLM
-from plugin_memory_summary.report import render_report, run_replay
+from plugin_memory_summary.extras.report import render_report, run_replay
 
 MODEL = "gpt-4o-mini"
 

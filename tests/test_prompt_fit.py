@@ -18,15 +18,16 @@ from host_stub.messages import Message, ToolCall, ToolCallFunction, text_of, too
 from host_stub.prompt import apply_replacements
 from host_stub.services import MetadataEntry
 from host_stub.testing import FakeLLM, simple_count
-from plugin_memory_summary import contribution, fitting
-from plugin_memory_summary.config import MemorySummaryConfig, PayloadCaps
-from plugin_memory_summary.fitting import render_payload
-from plugin_memory_summary.prompt_fit import MESSAGE_OVERHEAD, Fit, fit_margin, fit_prompt
-from plugin_memory_summary.record import SummaryRecord, build_record, dump_record
-from plugin_memory_summary.rules import rules_merge
-from plugin_memory_summary.state import SessionState
-from plugin_memory_summary.summary_model import Excerpt, LedgerEntry, SummaryPayload
-from plugin_memory_summary.tokens import FITTERS_KEPT, TokenBook
+from plugin_memory_summary.base.config import MemorySummaryConfig, PayloadCaps
+from plugin_memory_summary.prompt import contribution
+from plugin_memory_summary.prompt.prompt_fit import MESSAGE_OVERHEAD, Fit, fit_margin, fit_prompt
+from plugin_memory_summary.prompt.state import SessionState
+from plugin_memory_summary.prompt.tokens import FITTERS_KEPT, TokenBook
+from plugin_memory_summary.record import fitting
+from plugin_memory_summary.record.fitting import render_payload
+from plugin_memory_summary.record.stored import SummaryRecord, build_record, dump_record
+from plugin_memory_summary.record.summary_model import Excerpt, LedgerEntry, SummaryPayload
+from plugin_memory_summary.summarizer.rules import rules_merge
 
 
 def count(text: str) -> int:

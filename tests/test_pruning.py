@@ -12,7 +12,7 @@ from plugin_harness import json_summary, plugin_host
 from host_stub.messages import Message, ToolCall, ToolCallFunction, text_of, tool_groups
 from host_stub.prompt import apply_replacements
 from host_stub.testing import FakeLLM, simple_count
-from plugin_memory_summary.pruning import prune_replacements, pruned_costs
+from plugin_memory_summary.prompt.pruning import prune_replacements, pruned_costs
 
 
 def count(text: str) -> int:

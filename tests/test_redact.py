@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plugin_memory_summary.redact import (
+from plugin_memory_summary.safety.redact import (
     BUILTIN_PATTERNS,
     STDLIB_PASSES,
     RedactionError,

@@ -10,13 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from host_stub.messages import Message, ToolCall, ToolCallFunction
-from plugin_memory_summary.render import (
+from plugin_memory_summary.base.text import cut_text
+from plugin_memory_summary.summarizer.transcript import (
     is_tool_error,
     render_message,
     render_transcript,
     tool_name_for,
 )
-from plugin_memory_summary.text import cut_text
 
 
 def call(call_id: str, name: str, arguments: str = "{}") -> ToolCall:

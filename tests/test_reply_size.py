@@ -16,9 +16,9 @@ from plugin_harness import MODEL_DIGEST, json_summary, plugin_host
 from host_stub.config import HostConfig
 from host_stub.llm import LiteLLMService, ensure_litellm
 from host_stub.testing import FakeLLM
-from plugin_memory_summary import answers
-from plugin_memory_summary.config import MemorySummaryConfig
-from plugin_memory_summary.prompts import DEFAULT_PROMPTS
+from plugin_memory_summary.base.config import MemorySummaryConfig
+from plugin_memory_summary.summarizer import answers
+from plugin_memory_summary.summarizer.prompts import DEFAULT_PROMPTS
 
 MARK = "HUGE-REPLY-7731 "
 #: The probe's size: 20 MB of prose-like text.

@@ -4,14 +4,14 @@ and keeps the useful part of an error (issue 17, point 7)."""
 from __future__ import annotations
 
 from host_stub.testing import simple_count
-from plugin_memory_summary.config import MemorySummaryConfig
-from plugin_memory_summary.redact import Redactor
-from plugin_memory_summary.report.models import CompressionEvent
-from plugin_memory_summary.report.reasons import fallback_kinds, reason_kind, reason_parts
-from plugin_memory_summary.report.text import KINDS_SHOWN, compression_line, fallback_lines
-from plugin_memory_summary.speed import Speed, timeout_reason
-from plugin_memory_summary.summarize import error_line, summarize_batches
-from plugin_memory_summary.text import cut_middle
+from plugin_memory_summary.base.config import MemorySummaryConfig
+from plugin_memory_summary.base.text import cut_middle
+from plugin_memory_summary.extras.report.models import CompressionEvent
+from plugin_memory_summary.extras.report.reasons import fallback_kinds, reason_kind, reason_parts
+from plugin_memory_summary.extras.report.text import KINDS_SHOWN, compression_line, fallback_lines
+from plugin_memory_summary.safety.redact import Redactor
+from plugin_memory_summary.summarizer.speed import Speed, timeout_reason
+from plugin_memory_summary.summarizer.summarize import error_line, summarize_batches
 
 CONTEXT_ERROR = (
     "BadRequestError: litellm.BadRequestError: OpenAIException - Error code: 400 - {'error': "
@@ -139,7 +139,7 @@ async def test_a_replay_counts_a_compression_once_when_requests_joined_it() -> N
     from host_stub.host import Host
     from host_stub.messages import Message
     from host_stub.testing import FakeLLM
-    from plugin_memory_summary.report.replay import replay_series
+    from plugin_memory_summary.extras.report.replay import replay_series
 
     stats = {"messages_summarized": 4, "covered_up_to_seq": 4, "llm_calls": 1, "llm_seconds": [0.1]}
 

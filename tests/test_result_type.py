@@ -12,7 +12,7 @@ from plugin_harness import plugin_host
 
 from host_stub.messages import Message
 from plugin_memory_summary import Result, Status
-from plugin_memory_summary.results import result
+from plugin_memory_summary.base.results import result
 
 
 def test_a_result_is_frozen_and_its_stats_read_only() -> None:

@@ -11,9 +11,9 @@ import pytest
 import rules_fold
 
 from host_stub.messages import Message, ToolCall, ToolCallFunction
-from plugin_memory_summary.fitting import render_payload
-from plugin_memory_summary.identifiers import reads_as_number
-from plugin_memory_summary.summary_model import SummaryPayload, identifier_rank
+from plugin_memory_summary.base.identifiers import reads_as_number
+from plugin_memory_summary.record.fitting import render_payload
+from plugin_memory_summary.record.summary_model import SummaryPayload, identifier_rank
 
 ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ0123456789"
 

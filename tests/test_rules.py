@@ -14,10 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from host_stub.messages import Message, ToolCall, ToolCallFunction
-from plugin_memory_summary.config import PayloadCaps
-from plugin_memory_summary.fitting import render_payload
-from plugin_memory_summary.rules import rules_merge
-from plugin_memory_summary.summary_model import IDENTIFIER_SOURCES, LedgerEntry, SummaryPayload
+from plugin_memory_summary.base.config import PayloadCaps
+from plugin_memory_summary.record.fitting import render_payload
+from plugin_memory_summary.record.summary_model import (
+    IDENTIFIER_SOURCES,
+    LedgerEntry,
+    SummaryPayload,
+)
+from plugin_memory_summary.summarizer.rules import rules_merge
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPS = PayloadCaps()
@@ -424,8 +428,8 @@ def test_deterministic_across_hash_seeds() -> None:
         import json, sys
         sys.path.insert(0, sys.argv[1])
         from test_rules import airline_chat, by_thirds
-        from plugin_memory_summary.config import PayloadCaps
-        from plugin_memory_summary.rules import rules_merge
+        from plugin_memory_summary.base.config import PayloadCaps
+        from plugin_memory_summary.summarizer.rules import rules_merge
         payload = None
         chat = airline_chat()
         for start in range(0, len(chat), 5):

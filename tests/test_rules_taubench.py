@@ -23,12 +23,12 @@ from datasets import require
 
 from host_stub.datasets import load_tau_bench, tau_action_identifiers
 from host_stub.messages import Message, text_of, tool_groups
-from plugin_memory_summary.config import DEFAULT_READ_ONLY_TOOLS, PayloadCaps
-from plugin_memory_summary.fitting import render_payload
-from plugin_memory_summary.ledger import is_read_only
-from plugin_memory_summary.ledger_text import action_phrase
-from plugin_memory_summary.rules import rules_merge
-from plugin_memory_summary.summary_model import SummaryPayload
+from plugin_memory_summary.base.config import DEFAULT_READ_ONLY_TOOLS, PayloadCaps
+from plugin_memory_summary.record.fitting import render_payload
+from plugin_memory_summary.record.ledger_text import action_phrase
+from plugin_memory_summary.record.summary_model import SummaryPayload
+from plugin_memory_summary.summarizer.ledger import is_read_only
+from plugin_memory_summary.summarizer.rules import rules_merge
 
 THRESHOLD = 12
 KEEP = 6

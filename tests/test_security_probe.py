@@ -21,24 +21,24 @@ from plugin_harness import plugin_host
 
 from host_stub.messages import Message
 from host_stub.testing import FakeLLM
-from plugin_memory_summary.config import PayloadCaps
-from plugin_memory_summary.fitting import render_payload
-from plugin_memory_summary.hygiene import (
+from plugin_memory_summary.base.config import PayloadCaps
+from plugin_memory_summary.record.fitting import render_payload
+from plugin_memory_summary.record.summary_model import SummaryPayload
+from plugin_memory_summary.safety.hygiene import (
     SUMMARY_CLOSE,
     SUMMARY_OPEN,
+    defuse_transcript_tags,
     live_markers,
     neutralise,
     wrap_summary_block,
 )
-from plugin_memory_summary.prompts import (
+from plugin_memory_summary.safety.redact import Redactor
+from plugin_memory_summary.summarizer.prompts import (
     DEFAULT_PROMPTS,
     PROSE_PROMPTS,
     build_summary_messages,
-    defuse_transcript_tags,
 )
-from plugin_memory_summary.redact import Redactor
-from plugin_memory_summary.rules import rules_merge
-from plugin_memory_summary.summary_model import SummaryPayload
+from plugin_memory_summary.summarizer.rules import rules_merge
 
 # -- helpers -------------------------------------------------------------------------------------
 

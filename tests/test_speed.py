@@ -13,9 +13,9 @@ import pytest
 from host_stub.messages import Message
 from host_stub.services import Completion, LLMUsage
 from host_stub.testing import simple_count
-from plugin_memory_summary.config import MemorySummaryConfig
-from plugin_memory_summary.redact import Redactor
-from plugin_memory_summary.speed import (
+from plugin_memory_summary.base.config import MemorySummaryConfig
+from plugin_memory_summary.safety.redact import Redactor
+from plugin_memory_summary.summarizer.speed import (
     MIN_ANSWER_TOKENS,
     TIMEOUT_FACTOR,
     Sample,
@@ -26,7 +26,7 @@ from plugin_memory_summary.speed import (
     fit_speed,
     timeout_reason,
 )
-from plugin_memory_summary.summarize import summarize_batches
+from plugin_memory_summary.summarizer.summarize import summarize_batches
 
 
 def _sample(a: float, b: float, prompt: int, out: int) -> Sample:

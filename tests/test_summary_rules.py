@@ -12,18 +12,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from host_stub.messages import Message, ToolCall, ToolCallFunction
-from plugin_memory_summary.config import MemorySummaryConfig, PayloadCaps
-from plugin_memory_summary.decisions import (
+from plugin_memory_summary.base.config import MemorySummaryConfig, PayloadCaps
+from plugin_memory_summary.base.decisions import (
     plan_compression,
     summary_budget,
     summary_growth,
     tail_room_cap,
 )
-from plugin_memory_summary.fitting import render_payload
-from plugin_memory_summary.redact import Redactor
-from plugin_memory_summary.rules import _REFILL_MIN, rules_merge
-from plugin_memory_summary.summarize import summarize_batches
-from plugin_memory_summary.summary_model import SummaryPayload
+from plugin_memory_summary.record.fitting import render_payload
+from plugin_memory_summary.record.summary_model import SummaryPayload
+from plugin_memory_summary.safety.redact import Redactor
+from plugin_memory_summary.summarizer.rules import _REFILL_MIN, rules_merge
+from plugin_memory_summary.summarizer.summarize import summarize_batches
 
 NAMES = ["Ava", "Bruno", "Chiara", "Dmitri", "Esme", "Farid", "Greta", "Hiro"]
 PLACES = ["Lisbon", "Oaxaca", "Tromso", "Valparaiso", "Zanzibar", "Kyoto", "Bergen", "Cusco"]

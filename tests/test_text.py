@@ -8,10 +8,10 @@ import regex
 from hypothesis import given
 from hypothesis import strategies as st
 
-from plugin_memory_summary.config import PayloadCaps
-from plugin_memory_summary.fitting import apply_caps, render_payload
-from plugin_memory_summary.summary_model import InProgressTask, SummaryPayload, TimelineEvent
-from plugin_memory_summary.text import collapse_whitespace, cut_text
+from plugin_memory_summary.base.config import PayloadCaps
+from plugin_memory_summary.base.text import collapse_whitespace, cut_text
+from plugin_memory_summary.record.fitting import apply_caps, render_payload
+from plugin_memory_summary.record.summary_model import InProgressTask, SummaryPayload, TimelineEvent
 
 LONE = "lone high \ud800 in the middle"
 
@@ -114,7 +114,7 @@ def _clusters_scanned(text: str, room: int) -> int:
 def test_a_cut_ends_where_a_scan_of_every_cluster_ends(text: str, room: int) -> None:
     """ASCII is cut without scanning clusters one by one (a tool result of thousands of
     characters is cut in microseconds); the end is the same as the scan's, CR LF kept whole."""
-    from plugin_memory_summary.text import _cluster_end
+    from plugin_memory_summary.base.text import _cluster_end
 
     if len(text) > room:
         assert _cluster_end(text, room) == _clusters_scanned(text, room)
@@ -123,7 +123,7 @@ def test_a_cut_ends_where_a_scan_of_every_cluster_ends(text: str, room: int) -> 
 def test_cutting_a_long_ascii_result_does_not_scan_it_cluster_by_cluster(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from plugin_memory_summary import text as text_module
+    from plugin_memory_summary.base import text as text_module
 
     def no_scan() -> None:
         raise AssertionError("scanned cluster by cluster")

@@ -18,8 +18,8 @@ from host_stub.messages import Message
 from host_stub.services import Snapshot, YieldsToTurns
 from host_stub.store_watch import TurnWaits
 from host_stub.testing import message_tokens
-from plugin_memory_summary import pipeline as pipeline_module
-from plugin_memory_summary.pipeline import Pipeline
+from plugin_memory_summary.pipeline import pipeline as pipeline_module
+from plugin_memory_summary.pipeline.pipeline import Pipeline
 
 
 class GatedMemory(InMemoryMemory):

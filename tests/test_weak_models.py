@@ -19,12 +19,12 @@ import pytest
 from host_stub.messages import Message
 from host_stub.services import Completion, LLMUsage
 from host_stub.testing import simple_count
-from plugin_memory_summary import speed as speed_module
-from plugin_memory_summary import summarize as summarize_module
-from plugin_memory_summary.config import MemorySummaryConfig
-from plugin_memory_summary.fitting import render_payload
-from plugin_memory_summary.redact import Redactor
-from plugin_memory_summary.speed import (
+from plugin_memory_summary.base.config import MemorySummaryConfig
+from plugin_memory_summary.record.fitting import render_payload
+from plugin_memory_summary.safety.redact import Redactor
+from plugin_memory_summary.summarizer import speed as speed_module
+from plugin_memory_summary.summarizer import summarize as summarize_module
+from plugin_memory_summary.summarizer.speed import (
     MARGIN,
     MIN_ANSWER_TOKENS,
     MIN_BATCH_TOKENS,
@@ -34,7 +34,7 @@ from plugin_memory_summary.speed import (
     Sample,
     SpeedBook,
 )
-from plugin_memory_summary.summarize import summarize_batches
+from plugin_memory_summary.summarizer.summarize import summarize_batches
 
 TIMEOUT = 60.0
 

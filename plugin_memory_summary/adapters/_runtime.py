@@ -32,7 +32,7 @@ from host_stub.host import Host
 from host_stub.messages import Message
 from host_stub.services import LLMService, MemoryService
 
-from ..plugin import PLUGIN_NAME
+from .._name import PLUGIN_NAME
 
 __all__ = ["AgentMemory", "MemoryTool", "PromptItem", "SOURCE_ID"]
 

@@ -281,13 +281,14 @@ def _heavy_loaded(argv: list[str]) -> list[str]:
 
 def test_light_commands_import_no_tokenizer_rich_regex_or_summarizer(tmp_path) -> None:
     """``sessions`` and ``summary`` read what is stored: they import none of :data:`HEAVY`. A
-    ``replay`` whose output is not a terminal counts tokens (tiktoken) but draws no progress bar:
-    no rich, and without a compression no summarizer."""
+    ``replay`` whose output is not a terminal counts tokens (tiktoken) and prunes old tool
+    output, whose placeholder names the identifiers it held (the identifier scanner: regex), but
+    draws no progress bar: no rich, and without a compression no summarizer."""
     (tmp_path / "chat.jsonl").write_text("\n".join(json.dumps(m) for m in _chat(30)) + "\n")
     (tmp_path / "host.toml").write_text("[plugin.memory-summary]\nthreshold = 200\n")
     db = str(tmp_path / "m.db")
     config = ["--config", str(tmp_path / "host.toml")]
     replay = _heavy_loaded(["replay", str(tmp_path / "chat.jsonl"), "--db", db, *config])
-    assert replay == ["tiktoken"]
+    assert replay == ["regex", "tiktoken"]
     assert _heavy_loaded(["sessions", "--db", db]) == []
     assert _heavy_loaded(["summary", "chat", "--db", db, *config]) == []

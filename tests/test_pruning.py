@@ -12,7 +12,7 @@ from plugin_harness import json_summary, plugin_host
 from host_stub.messages import Message, ToolCall, ToolCallFunction, text_of, tool_groups
 from host_stub.prompt import apply_replacements
 from host_stub.testing import FakeLLM, simple_count
-from plugin_memory_summary.prompt.pruning import prune_replacements, pruned_costs
+from plugin_memory_summary.prompt.pruning import HELD_IDS, prune_replacements, pruned_costs
 
 
 def count(text: str) -> int:
@@ -56,6 +56,43 @@ def test_old_tool_results_become_a_placeholder_naming_tool_arguments_size_and_se
     assert "get_reservation(reservation_id=RES000)" in line
     assert f"{results[0].tokens:,} tokens" in line
     assert f"memory_expand({results[0].seq}, {results[0].seq})" in line
+
+
+def test_a_placeholder_names_the_identifiers_its_result_held() -> None:
+    """What an agent needs to act on is still in the prompt after its result is pruned: the
+    ids the result held, under their keys (not those its call already names), at most a few."""
+    record = {
+        "reservation_id": "EUJUY6",
+        "user_id": "mia_li_3668",
+        "flights": [{"flight_number": "HAT136", "date": "2024-05-20", "origin": "JFK"}],
+        "payment_history": [{"payment_id": "credit_card_4421486", "amount": 240}],
+        "notes": " ".join(f"word{i}" for i in range(300)),
+    }
+    messages = [
+        Message(role="user", content="check my trip", seq=1, tokens=4),
+        *group(2, "get_reservation_details", {"reservation_id": "EUJUY6"}, json.dumps(record)),
+        Message(role="assistant", content="found it", seq=4, tokens=3),
+        *group(5, "get_user_details", {"user_id": "mia_li_3668"}, "profile " * 200),
+    ]
+    out = prune_replacements(
+        messages, keep_tool_groups=1, max_result_tokens=None, count_tokens=count
+    )
+    line = out[3]
+    assert "user_id mia_li_3668" in line and "flight_number HAT136" in line
+    assert "payment_id credit_card_4421486" in line and "date 2024-05-20" in line
+    assert line.count("EUJUY6") == 1  # in the call's arguments, not again among what it held
+    many = {f"order_{i}": f"W{1000000 + i}" for i in range(10)}
+    messages[2] = messages[2].model_copy(update={"content": json.dumps(many), "tokens": 400})
+    line = prune_replacements(
+        messages, keep_tool_groups=1, max_result_tokens=None, count_tokens=count
+    )[3]
+    assert sum(f"W{1000000 + i}" in line for i in range(10)) == HELD_IDS
+    listing = {f"order_{i}": f"W{1000000 + i}" for i in range(40)}  # a search's many results
+    messages[2] = messages[2].model_copy(update={"content": json.dumps(listing), "tokens": 400})
+    line = prune_replacements(
+        messages, keep_tool_groups=1, max_result_tokens=None, count_tokens=count
+    )[3]
+    assert "it held" not in line
 
 
 def test_a_result_shorter_than_its_placeholder_is_left_as_it_is() -> None:

@@ -30,6 +30,8 @@ __all__ = [
 
 #: Characters of a call's arguments shown in a placeholder.
 _ARGS_CHARS = 80
+#: Identifiers of a pruned result its placeholder names at most.
+HELD_IDS = 6
 
 
 def _digest(name: str, arguments: str) -> str:
@@ -51,10 +53,14 @@ def _pointer(seq: int, recall: bool) -> str:
     return f"memory_expand({seq}, {seq}) shows it whole" if recall else "stored whole"
 
 
-def placeholder(seq: int, call: str, tokens: int, recall: bool) -> str:
-    """The one line an old tool result is shown as."""
+def placeholder(
+    seq: int, call: str, tokens: int, recall: bool, held: Sequence[str] = ()
+) -> str:
+    """The one line an old tool result is shown as: which call it answered, its size, the
+    identifiers it held (``held``: what the model may still need to act on), and where it is."""
+    holds = f"; it held {', '.join(held)}" if held else ""
     return (
-        f"[tool result #{seq} of {call}, {tokens:,} tokens, pruned from the prompt; "
+        f"[tool result #{seq} of {call}, {tokens:,} tokens, pruned from the prompt{holds}; "
         f"{_pointer(seq, recall)}]"
     )
 
@@ -113,8 +119,15 @@ def prune_replacements(
                 )
                 known = memo.get(key) if memo is not None else None
                 if known is None:
+                    from ..summarizer import held_ids  # the identifier scanner: on first use
+
                     call = _digest(function.name, function.arguments) if function else "a tool"
-                    line = placeholder(reply.seq, call, tokens, recall)
+                    held = held_ids(
+                        text_of(reply.content),
+                        function.arguments if function else "",
+                        HELD_IDS,
+                    )
+                    line = placeholder(reply.seq, call, tokens, recall, held)
                     known = (line, count_tokens(line))
                     if memo is not None:
                         if len(memo) >= 65_536:

@@ -19,6 +19,7 @@ from .transcript import render_transcript, transcript_lang
 from .warm import warm_up
 
 if TYPE_CHECKING:
+    from .ledger import held_ids
     from .prompts import detect_language
     from .summarize import SummarizeOutcome, summarize_batches
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "SummarizeOutcome": "summarize",
     "detect_language": "prompts",
+    "held_ids": "ledger",
     "summarize_batches": "summarize",
 }
 
@@ -37,6 +39,7 @@ __all__ = [
     "SummarizeOutcome",
     "SummarizerCalls",
     "detect_language",
+    "held_ids",
     "render_transcript",
     "summarize_batches",
     "transcript_lang",

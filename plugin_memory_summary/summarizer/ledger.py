@@ -291,6 +291,32 @@ def _lookup(seq: int, tool: str, arguments: str, reply: Message, later: str) -> 
     return LedgerEntry(seq=seq, tool=tool, details=details, result=facts, read_only=True)
 
 
+def held_ids(body: str, arguments: str = "", limit: int = 6) -> list[str]:
+    """The identifiers a record (a result with few ids: a profile, a reservation fetched by id)
+    holds, each with the key it stood under (``user_id mia_li_3668``), in the result's order,
+    without those its call's ``arguments`` already name: what a pruned result's placeholder says
+    it held. At most ``limit``; none of a listing (a search's many ids, as the ledger keeps
+    none of them unless used)."""
+    result = _load(body)
+    pairs = (
+        list(_leaves(result))
+        if result is not None
+        else [("", i) for i in extract_identifiers(body)]
+    )
+    if len({value for _, value in pairs if extract_identifiers(value) == [value]}) > _RECORD_IDS:
+        return []
+    out: list[str] = []
+    seen: set[str] = set()
+    for label, value in pairs:
+        if len(out) >= limit:
+            break
+        if value in seen or value in arguments or extract_identifiers(value) != [value]:
+            continue
+        seen.add(value)
+        out.append(f"{label} {value}".strip())
+    return out
+
+
 def ledger_entries(
     messages: Sequence[Message], read_only: Iterable[str] = DEFAULT_READ_ONLY_TOOLS
 ) -> list[LedgerEntry]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,24 @@ from plugin_memory_summary.adapters.pydantic_ai import (
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "adapters" / "pydantic-ai.md"
 PLACEHOLDER = "[tool output pruned: call memory_expand to see it]"
+
+
+@pytest.fixture(autouse=True)
+def _close_run_sync_loop() -> Iterator[None]:
+    """``Agent.run_sync`` leaves the thread's default event loop open on purpose (it reuses it
+    at the next call): close it after each test, or it is collected, unclosed, in a later one."""
+    yield
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            loop = asyncio.get_event_loop_policy().get_event_loop()
+    except RuntimeError:
+        return
+    if not loop.is_closed() and not loop.is_running():
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+    asyncio.set_event_loop(None)
 
 
 def _conversation(run_id: str = "run-1") -> list[ModelMessage]:

@@ -123,6 +123,27 @@ def test_from_prompt_sends_originals_and_replaces_a_placeholder() -> None:
     assert messages[2].content == "value of alpha: ALPHA-42"  # the state's message is untouched
 
 
+def test_from_prompt_builds_a_placeholder_or_summary_once_while_it_stays_the_same() -> None:
+    """The messages built for what the memory sends in place of the agent's own are reused at
+    the next calls (a LangChain message costs to build), and built again once they change."""
+    messages = _conversation()
+    stored = to_memory(messages)
+    summary = {"role": "system", "content": "Summary: the user asked about alpha."}
+    placeholder = {**stored[2].to_openai(), "content": "[lookup output, 24 chars: expand 3]"}
+    items = [
+        PromptItem(summary, None, False),
+        PromptItem(stored[0].to_openai(), "h1", False),
+        PromptItem(stored[1].to_openai(), "a1", False),
+        PromptItem(placeholder, "t1", True),
+    ]
+    built: dict[str, Any] = {}
+    first = from_prompt(items, messages, built)
+    again = from_prompt(items, messages, built)
+    assert again[0] is first[0] and again[3] is first[3]
+    changed = [PromptItem({**summary, "content": "Summary: alpha, then beta."}, None, False)]
+    assert from_prompt(changed + items[1:], messages, built)[0] is not first[0]
+
+
 def test_from_prompt_rebuilds_stored_messages_the_state_lacks() -> None:
     """A thread resumed after a restart: the state holds only the new message."""
     stored = to_memory(_conversation())

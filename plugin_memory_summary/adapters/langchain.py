@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, MutableMapping, Sequence
 from typing import Any
 
 from langchain.agents.middleware.types import (
@@ -49,6 +49,8 @@ __all__ = ["MemoryMiddleware", "from_prompt", "message_id", "to_memory"]
 #: Threads whose handed-over message ids a middleware remembers (the oldest are forgotten: their
 #: messages are then converted again and the memory finds them stored).
 MAX_THREADS = 1024
+#: Messages built for placeholders and summary blocks a middleware keeps for the next calls.
+MAX_BUILT = 4096
 #: The prefix of an id derived for a message that has none (see :func:`message_id`).
 DERIVED_PREFIX = "lc-derived-"
 
@@ -146,12 +148,18 @@ def _from_dict(data: dict[str, Any]) -> BaseMessage:
     return convert_to_messages([data])[0]
 
 
-def from_prompt(items: Sequence[PromptItem], messages: Sequence[BaseMessage]) -> list[AnyMessage]:
+def from_prompt(
+    items: Sequence[PromptItem],
+    messages: Sequence[BaseMessage],
+    built: MutableMapping[str, BaseMessage] | None = None,
+) -> list[AnyMessage]:
     """The memory's prompt as LangChain messages: an unchanged item is the agent's own message
     object (found by its id among ``messages``); a changed one (a tool output shown as a
     placeholder), an added one (the summary block) or a stored one the agent's state no longer
     holds (a thread resumed after a restart) is built from the OpenAI dict, keeping its id and,
-    for a tool result, its ``tool_call_id`` and name."""
+    for a tool result, its ``tool_call_id`` and name. ``built``: the messages built before, by
+    what they were built from (a placeholder or a summary block is sent again at every call
+    until it changes: built once)."""
     originals = dict(zip(_ids(messages), messages, strict=True))
     out: list[AnyMessage] = []
     for item in items:
@@ -159,13 +167,33 @@ def from_prompt(items: Sequence[PromptItem], messages: Sequence[BaseMessage]) ->
         if original is not None and not item.changed:
             out.append(original)  # type: ignore[arg-type]
             continue
-        built = _from_dict(item.message)
-        if isinstance(original, ToolMessage) and isinstance(built, ToolMessage):
-            built.name = original.name
-        if item.source_id:
-            built.id = item.source_id
-        out.append(built)  # type: ignore[arg-type]
+        key = json.dumps([item.source_id, item.message], sort_keys=True, default=str)
+        message = built.get(key) if built is not None else None
+        if message is None:
+            message = _from_dict(item.message)
+            if isinstance(original, ToolMessage) and isinstance(message, ToolMessage):
+                message.name = original.name
+            if item.source_id:
+                message.id = item.source_id
+            if built is not None:
+                built[key] = message
+        out.append(message)  # type: ignore[arg-type]
     return out
+
+
+class _Built(OrderedDict[str, BaseMessage]):
+    """A bounded map of built messages: the least recently used go first past :data:`MAX_BUILT`."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        found = super().get(key, default)
+        if found is not default:
+            self.move_to_end(key)
+        return found
+
+    def __setitem__(self, key: str, value: BaseMessage) -> None:
+        super().__setitem__(key, value)
+        while len(self) > MAX_BUILT:
+            self.popitem(last=False)
 
 
 # -- the thread id ---------------------------------------------------------------------------------
@@ -204,6 +232,9 @@ class MemoryMiddleware(AgentMiddleware):
         #: Per thread, the ids of the messages already handed to the memory (converted once;
         #: the memory itself stores each id once whatever it is handed).
         self._handed: OrderedDict[str, set[str]] = OrderedDict()
+        #: Messages built for what the memory sends in place of the agent's own (see
+        #: :func:`from_prompt`), the least recently used forgotten first.
+        self._built: _Built = _Built()
         #: The agent's own tools' definitions, by the identity of the tools they were made of.
         self._defs: tuple[tuple[int, ...], list[dict[str, Any]]] = ((), [])
 
@@ -267,7 +298,7 @@ class MemoryMiddleware(AgentMiddleware):
         new = self._new(thread, request.messages)
         items = self.memory.prompt(thread, new, **self._sent_besides(request))
         self._handed_over(thread, new)
-        return handler(request.override(messages=from_prompt(items, request.messages)))
+        return handler(request.override(messages=from_prompt(items, request.messages, self._built)))
 
     async def awrap_model_call(
         self,
@@ -278,7 +309,9 @@ class MemoryMiddleware(AgentMiddleware):
         new = self._new(thread, request.messages)
         items = await self.memory.aprompt(thread, new, **self._sent_besides(request))
         self._handed_over(thread, new)
-        return await handler(request.override(messages=from_prompt(items, request.messages)))
+        return await handler(
+            request.override(messages=from_prompt(items, request.messages, self._built))
+        )
 
     # -- the end of a run ------------------------------------------------------------------------
     def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:

@@ -29,6 +29,7 @@ SCRIPTS = {
     "retention": (("locomo/locomo_dev.json", "tau_bench/airline_dev.json"), ()),
     "scale": ((), ()),
     "recall": (("locomo/locomo_dev.json",), ()),
+    "adapters": (("locomo/locomo_dev.json", "tau_bench/airline_dev.json"), ()),
 }
 
 

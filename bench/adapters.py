@@ -11,7 +11,10 @@ still gets (tau-bench: the identifiers of the actions seen so far that each call
 hold; LoCoMo: the evidence words of each question in the last call's messages, as
 ``bench/retention.py`` measures them), and the whole agent step between two model calls
 (p50 / p99: LangChain's graph, its tool node, its checkpointer and the middleware; see
-``bench/peer_agent.py``). The systems run interleaved, conversation by conversation.
+``bench/peer_agent.py``). A third row runs the same agent with no memory at all (its whole
+state sent at every call): the floor of the step, what LangChain's graph and checkpointer cost
+with the whole history kept in the agent's state, as this memory keeps it (the summarizing
+middleware deletes it). The systems run interleaved, conversation by conversation.
 
 Needs the ``langchain`` extra (in ``dev``):
 
@@ -63,13 +66,16 @@ from host_stub.datasets import (  # noqa: E402
 
 OURS = "create_agent + MemoryMiddleware (this plugin)"
 THEIRS = "create_agent + SummarizationMiddleware"
+#: The floor: the same agent with no memory at all (its whole state sent at every call): what
+#: LangChain's own graph and checkpointer cost with the full history kept, as this memory keeps it.
+NONE = "create_agent, no memory (the whole state sent)"
 PACKAGES = ("langchain", "langchain-core", "langgraph")
 
 
 def import_langchain() -> dict[str, Any]:
     try:
         from langchain.agents import create_agent
-        from langchain.agents.middleware import SummarizationMiddleware
+        from langchain.agents.middleware import AgentMiddleware, SummarizationMiddleware
         from langchain_core.language_models.chat_models import BaseChatModel
         from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
         from langchain_core.outputs import ChatGeneration, ChatResult
@@ -87,6 +93,7 @@ def import_langchain() -> dict[str, Any]:
     return {
         "create_agent": create_agent,
         "SummarizationMiddleware": SummarizationMiddleware,
+        "AgentMiddleware": AgentMiddleware,
         "BaseChatModel": BaseChatModel,
         "AIMessage": AIMessage,
         "HumanMessage": HumanMessage,
@@ -214,6 +221,32 @@ def run_ours(
     return run
 
 
+def run_none(
+    lc: dict[str, Any], conversation: Conversation, counter: TokenCounter, latency: float
+) -> Run:
+    adapter = LCAdapter(lc, counter)
+    system_text, _ = split_system(conversation)
+    replay = replay_agent(
+        lc,
+        conversation.messages,
+        to_lc=adapter.to_lc,
+        system_prompt=system_text,
+        middleware=_NoMemory(lc),
+        checkpointer=lc["InMemorySaver"](),
+        summarizer_calls=lambda: 0,
+        model_latency_s=latency,
+        thread_id=conversation.name,
+    )
+    run = Run(step_times=replay.step_times, waited=replay.waited)
+    measure(run, conversation, replay.sent, adapter)
+    return run
+
+
+def _NoMemory(lc: dict[str, Any]) -> Any:  # noqa: N802 (a class made on demand)
+    """A middleware that does nothing (``replay_agent`` takes one)."""
+    return type("NoMemory", (lc["AgentMiddleware"],), {})()
+
+
 def aggregate(runs: list[Run], conv_tokens: int) -> dict[str, Any]:
     tokens = [t for r in runs for t in r.tokens]
     times = [t for r in runs for t in r.step_times]
@@ -256,6 +289,7 @@ VERDICT_COLUMNS = [
     "kept: ours at or above",
     "step p50: ours within 10%",
     "step p99: ours within 10%",
+    "step p50 / p99 over the agent without memory: ours / theirs (us)",
 ]
 
 
@@ -276,7 +310,9 @@ def row(name: str, label: str, a: dict[str, Any]) -> list[Any]:
     ]
 
 
-def verdict(name: str, ours: dict[str, Any], theirs: dict[str, Any]) -> list[Any]:
+def verdict(
+    name: str, ours: dict[str, Any], theirs: dict[str, Any], none: dict[str, Any]
+) -> list[Any]:
     def kept(a: dict[str, Any]) -> float:
         return float(a["ids_kept"] if a["ids_kept"] is not None else a["evidence"] or 0.0)
 
@@ -291,6 +327,10 @@ def verdict(name: str, ours: dict[str, Any], theirs: dict[str, Any]) -> list[Any
         "yes" if kept(ours) >= kept(theirs) else "no",
         within("p50_us"),
         within("p99_us"),
+        " / ".join(
+            f"{fmt(a['p50_us'] - none['p50_us'])}, {fmt(a['p99_us'] - none['p99_us'])}"
+            for a in (ours, theirs)
+        ),
     ]
 
 
@@ -323,6 +363,7 @@ def main() -> None:
     systems: dict[str, Callable[[dict[str, Any], Conversation, TokenCounter, float], Run]] = {
         OURS: run_ours,
         THEIRS: run_theirs,
+        NONE: run_none,
     }
     table = Table(
         f"LangChain's create_agent with each memory, a {BUDGET:,}-token budget, the same fake "
@@ -344,7 +385,9 @@ def main() -> None:
         results[name] = {label: aggregate(r, conv_tokens) for label, r in runs.items()}
         for label in systems:
             table.add(*row(name, label, results[name][label]))
-        verdicts.add(*verdict(name, results[name][OURS], results[name][THEIRS]))
+        verdicts.add(
+            *verdict(name, results[name][OURS], results[name][THEIRS], results[name][NONE])
+        )
     write_results(
         args.name,
         "LangChain's create_agent: this memory's middleware against SummarizationMiddleware",

@@ -53,9 +53,7 @@ def _pointer(seq: int, recall: bool) -> str:
     return f"memory_expand({seq}, {seq}) shows it whole" if recall else "stored whole"
 
 
-def placeholder(
-    seq: int, call: str, tokens: int, recall: bool, held: Sequence[str] = ()
-) -> str:
+def placeholder(seq: int, call: str, tokens: int, recall: bool, held: Sequence[str] = ()) -> str:
     """The one line an old tool result is shown as: which call it answered, its size, the
     identifiers it held (``held``: what the model may still need to act on), and where it is."""
     holds = f"; it held {', '.join(held)}" if held else ""

@@ -7,7 +7,8 @@ A plugin adds commands through its ``register_commands`` hook; the host gives ea
 host options (``--config``, ``--db``, ``--memory``, ``--model``, ``--api-base``). What such a
 command may use from here: :func:`open_host` (passed to the hook), :func:`host_config`,
 :func:`option_values`, :func:`memory_origin`, :func:`preflight`, :func:`run_async` and
-:class:`UserError`; ``ctx.find_root().obj["verbose"]`` is the count of ``-v``.
+:class:`UserError`; ``ctx.find_root().obj["verbose"]`` is the count of ``-v``. A command
+ends with another exit code than 0 by ``ctx.exit(code)``.
 """
 
 from __future__ import annotations
@@ -652,7 +653,8 @@ def _register_plugin_commands() -> None:
 def main(argv: list[str] | None = None) -> int:
     _register_plugin_commands()
     try:
-        cli.main(args=argv, prog_name="host-stub", standalone_mode=False)
+        # A command that ends with ``ctx.exit(code)`` exits with that code.
+        code = cli.main(args=argv, prog_name="host-stub", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 130
@@ -670,7 +672,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         error.show()
         return error.exit_code
-    return 0
+    return code if isinstance(code, int) and not isinstance(code, bool) else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

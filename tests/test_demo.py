@@ -177,6 +177,101 @@ def test_demo_config_is_shown_and_can_be_replaced(
     assert "temporary" in report["store"]  # the file names no store: still a temporary one
 
 
+def test_p21_print_config_states_the_plugins_real_defaults(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 33, point 21: ``demo --print-config`` said the threshold's default is 30 (it is
+    unset). Every default the demo's config names is the config model's own, each said as
+    ``default: VALUE`` on the line of its key."""
+    import tomllib
+
+    from host_stub.docgen import config_rows
+    from plugin_memory_summary.base import MemorySummaryConfig
+
+    code, out, _ = run(["demo", "--print-config"], capsys)
+    assert code == 0 and out == DEMO_CONFIG
+    defaults = {
+        key: "unset" if value is None else json.dumps(value)
+        for key, info, _ in config_rows(MemorySummaryConfig)
+        for value in [info.get_default(call_default_factory=True)]
+    }
+    section = out.split("[plugin.memory-summary]\n", 1)[1]
+    stated = {}
+    for line in section.splitlines():
+        if "default" not in line:
+            continue
+        found = re.fullmatch(r"(\w+) = .*#.* default: (\S+?)[,;)]?(?: .*)?", line)
+        assert found, f"a default not said as `key = value  # default: VALUE`: {line!r}"
+        stated[found[1]] = found[2]
+    set_keys = set(tomllib.loads(out)["plugin"]["memory-summary"])
+    assert set(stated) == set_keys, "every key the demo sets says the plugin's default"
+    for key, value in stated.items():
+        assert value == defaults[key], f"{key}: the demo config says default {value}"
+    assert stated["threshold"] == "unset"
+
+
+def test_p21_the_docs_quote_the_demo_as_it_runs_now() -> None:
+    """Issue 33, point 21: docs/usage.md's demo output, its Inspect blocks and
+    docs/demo-context.svg are what the demo and the inspection commands print and draw now
+    (``python -m plugin_memory_summary.extras.demo.docs`` writes them); a drift fails here."""
+    from plugin_memory_summary.extras.demo import docs
+
+    root = Path(__file__).resolve().parent.parent
+    page = (root / docs.PAGE).read_text(encoding="utf-8")
+    made = docs.run_demo()
+    assert set(re.findall(r"<!-- BEGIN DEMO RUN: ([\w-]+) -->", page)) == set(docs.COMMANDS)
+    assert docs.render(page, made.blocks) == page, (
+        "docs/usage.md is out of date: run python -m plugin_memory_summary.extras.demo.docs"
+    )
+    problem = docs.svg_problem((root / docs.PLOT).read_bytes(), made.svg)
+    assert problem is None, f"docs/demo-context.svg: {problem}"
+    # What varies from run to run is left out; the plot and the output tell the same run.
+    output = made.blocks["demo-output"]
+    assert "\n  time " not in output
+    compressions = re.search(r"^  compressions       (\d+) ", output, re.M)
+    assert compressions and f"{compressions[1]} compressions</text>" in made.svg.decode()
+    # A changed figure is found.
+    drifted = page.replace(f"compressions       {compressions[1]} ", "compressions       999 ")
+    assert drifted != page and docs.render(drifted, made.blocks) == page
+
+
+@pytest.mark.slow
+def test_p21_the_readme_quick_start_runs_and_watches_it_compress(tmp_path: Path) -> None:
+    """The README's first commands, as written, in an empty folder: the demo saves its
+    conversation, and the replay with the demo's config compresses it (the default window
+    would not)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    block = re.search(r"^```sh\n(.*?)^```$", (root / "README.md").read_text(), re.S | re.M)
+    assert block is not None
+    commands = [c for c in block[1].splitlines() if c.startswith("host-stub ")]
+    assert commands[0] == "host-stub demo --save conversation.jsonl", commands
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    outputs = []
+    for command in commands:
+        proc = subprocess.run(
+            ["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert proc.returncode == 0, (command, proc.stderr)
+        outputs.append(proc.stdout)
+    replayed = outputs[-1]
+    assert commands[-1].startswith("host-stub replay conversation.jsonl")
+    assert "compression: " in replayed and "0 compressions" not in replayed, replayed
+    # Without the demo's config (the default model's window) the same file never compresses.
+    proc = subprocess.run(
+        ["bash", "-c", "host-stub replay conversation.jsonl --db other.db --baseline off"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0 and ": 0 compressions," in proc.stdout, proc.stderr
+
+
 # -- replay with a model -------------------------------------------------------------------------
 @pytest.fixture
 def conversation(tmp_path: Path) -> Path:

@@ -35,15 +35,15 @@ reserve_for_reply = 512
 system_prompt = "You are Lena's assistant: trip planning, and help with her Python project."
 
 [plugin.memory-summary]
-# Compress once 100 messages are active (the plugin's default is 30), or when the context
-# reaches 70% of the window (in the background; at 90%, before the model call).
-# Keep the newest 20 messages verbatim.
-threshold = 100
-keep_recent = 20
-auto_compress_threshold = 0.7
-hard_compress_threshold = 0.9
+# Compress once 100 messages are active, or when the context reaches 70% of the window (in the
+# background; at 90%, before the model call); keep the newest 20 messages verbatim. After each
+# key: the plugin's own value, when the key is left out.
+threshold = 100                  # default: unset (no message count: the watermarks decide)
+keep_recent = 20                 # default: unset (as many as fit the fill target)
+auto_compress_threshold = 0.7    # default: 0.85
+hard_compress_threshold = 0.9    # default: 0.9
 # Without a model (no --model) the offline rules engine writes the summary.
-fallback = "rules"
+fallback = "rules"               # default: "rules"
 """
 
 

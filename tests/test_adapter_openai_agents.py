@@ -249,6 +249,39 @@ def test_the_session_is_an_sdk_session_and_round_trips_exactly() -> None:
     _run(scenario())
 
 
+def test_the_budget_counts_the_agents_instructions_and_tools() -> None:
+    """With the agent given, what the SDK sends besides the items (its instructions, its own
+    function tools' schemas) is counted in the usage that decides a compression."""
+    from agents import Agent, function_tool
+
+    @function_tool
+    def find(key: str) -> str:
+        """Look a key up in the very large reference catalogue of keys and their values."""
+        return key
+
+    seen: list[Any] = []
+    long = "You are a careful agent with many rules about refunds and rebooking. " * 30
+
+    async def scenario() -> None:
+        async with _memory() as memory:
+
+            async def on_usage(sender: Any, **payload: Any) -> None:
+                seen.append(payload["breakdown"])
+
+            memory.host.bus.connect("token:usage", on_usage)
+            for n, agent in enumerate(
+                [None, Agent(name="a", instructions=long, tools=[find, *memory_tools(memory)])]
+            ):
+                session = MemorySession(f"b{n}", memory, agent=agent)
+                await session.add_items([USER])
+                await session.get_items()
+
+    _run(scenario())
+    bare, counted = seen
+    assert counted.system - bare.system >= len(long) // 6
+    assert counted.tool_defs > bare.tool_defs  # its own tool; the memory's two counted once
+
+
 def test_adding_an_item_again_is_a_no_op() -> None:
     async def scenario() -> None:
         async with _memory() as memory:

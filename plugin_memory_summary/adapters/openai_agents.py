@@ -267,10 +267,39 @@ def _ends_turn(messages: Sequence[Message]) -> bool:
 
 
 # -- the session -----------------------------------------------------------------------------------
+def sent_besides(agent: Any) -> dict[str, Any]:
+    """What the SDK sends with the session's items for ``agent`` (``None``: nothing known): its
+    instructions when they are a string (a function's are known only in the run), and its
+    function tools' definitions (the memory's own left out: the memory counts those)."""
+    if agent is None:
+        return {}
+    instructions = getattr(agent, "instructions", None)
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": tool.params_json_schema,
+            },
+        }
+        for tool in getattr(agent, "tools", None) or []
+        if isinstance(tool, FunctionTool) and tool.name not in _MEMORY_TOOLS
+    ]
+    return {"system": instructions if isinstance(instructions, str) else None, "tools": tools}
+
+
+#: The memory's own tools (counted by the memory itself).
+_MEMORY_TOOLS = frozenset({"memory_search", "memory_expand"})
+
+
 class MemorySession:
     """The SDK ``Session`` over :class:`AgentMemory`: ``Runner.run(agent, text,
-    session=MemorySession("user-42", memory))``. ``session_id`` is the memory's session id;
-    ``session_settings`` the SDK's (its ``limit`` caps the items :meth:`get_items` returns)."""
+    session=MemorySession("user-42", memory, agent=agent))``. ``session_id`` is the memory's
+    session id; ``session_settings`` the SDK's (its ``limit`` caps the items :meth:`get_items`
+    returns). ``agent``: the agent the session serves, whose instructions (when a string) and
+    function tools the SDK sends with the items, so the memory's budget counts them (a session
+    is not told which agent reads it)."""
 
     session_settings: SessionSettings | None = None
 
@@ -280,9 +309,11 @@ class MemorySession:
         memory: AgentMemory,
         *,
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
+        agent: Any = None,
     ) -> None:
         self.session_id = session_id
         self.memory = memory
+        self.agent = agent
         self.session_settings = (
             coerce_session_settings(dict(session_settings))
             if isinstance(session_settings, Mapping)
@@ -319,7 +350,7 @@ class MemorySession:
         _CURRENT.set(self.session_id)
         if limit is not None and limit <= 0:
             return []
-        prompt = await self.memory.aprompt(self.session_id, [])
+        prompt = await self.memory.aprompt(self.session_id, [], **sent_besides(self.agent))
         sources = {p.source_id for p in prompt if p.source_id}
         if not sources <= self._items.keys():
             await self._load()

@@ -84,3 +84,34 @@ async def test_a_background_runs_merge_leaves_the_loop_to_turns(
 
 async def test_a_blocking_runs_merge_stays_on_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     assert await _run(monkeypatch, None) >= HOLD_S
+
+
+def test_counting_from_two_threads_at_a_full_memo_never_fails() -> None:
+    """The count memo is shared by the loop (a prompt's counts) and a background merge's worker
+    thread: evicting its oldest entry from both at once must not fail."""
+    import threading
+
+    from plugin_memory_summary.prompt import tokens as tokens_module
+    from plugin_memory_summary.prompt.tokens import TokenBook
+
+    book = TokenBook(MemorySummaryConfig(), FakeLLM())
+    errors: list[BaseException] = []
+
+    def count(offset: int) -> None:
+        try:
+            for i in range(20_000):
+                book.count(f"text {offset} {i}")
+        except BaseException as exc:  # pragma: no cover - the failure this test names
+            errors.append(exc)
+
+    limit = tokens_module.COUNT_MEMO_SIZE
+    tokens_module.COUNT_MEMO_SIZE = 8
+    try:
+        threads = [threading.Thread(target=count, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        tokens_module.COUNT_MEMO_SIZE = limit
+    assert errors == []

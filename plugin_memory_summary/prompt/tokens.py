@@ -4,6 +4,7 @@ own texts, and the injected block per record version."""
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -48,6 +49,8 @@ class TokenBook:
         self.llm = llm
         #: Token counts of recent texts, oldest first.
         self._counted: dict[str, int] = {}
+        #: A background compression counts in a worker thread while the loop counts a prompt.
+        self._counting = threading.Lock()
         self._blocks: dict[BlockKey, tuple[str, int]] = {}
         self._fitters: dict[tuple[str, int], PayloadFitter] = {}
         #: How fast each summary model answered so far (sizes its calls to its timeout).
@@ -68,9 +71,10 @@ class TokenBook:
         tokens = self._counted.get(text)
         if tokens is None:
             tokens = self.llm.count_tokens(text, self.summary_model() or self.llm.default_model)
-            if len(self._counted) >= COUNT_MEMO_SIZE:
-                del self._counted[next(iter(self._counted))]  # the oldest entry
-            self._counted[text] = tokens
+            with self._counting:
+                if len(self._counted) >= COUNT_MEMO_SIZE:
+                    del self._counted[next(iter(self._counted))]  # the oldest entry
+                self._counted[text] = tokens
         return tokens
 
     def framing_tokens(self, lang: str) -> int:

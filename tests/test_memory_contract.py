@@ -2362,7 +2362,9 @@ async def test_redis_urls(monkeypatch: pytest.MonkeyPatch) -> None:
 
     # Without redis-py the error says what to install.
     monkeypatch.setitem(sys.modules, "redis", None)
-    monkeypatch.delitem(sys.modules, "host_stub.memory.redis", raising=False)
+    backend = "host_stub.memory.redis"
+    for name in [m for m in sys.modules if m == backend or m.startswith(backend + ".")]:
+        monkeypatch.delitem(sys.modules, name)
     with pytest.raises(ModuleNotFoundError, match=r"pip install 'plugin-memory-summary\[redis\]'"):
         open_memory("redis://127.0.0.1:6379/0", count_tokens)
 

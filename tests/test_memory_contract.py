@@ -1401,7 +1401,8 @@ async def test_sqlite_schema_5_file_is_not_indexed_again(
 ) -> None:
     """Schema 5 indexed every append: its sessions count as indexed up to their last message, so
     the upgrade computes no terms again, and what is appended after it is found."""
-    from host_stub.memory import sqlite as sqlite_module
+    from host_stub.memory.sqlite import schema as sqlite_schema
+    from host_stub.memory.sqlite import search as sqlite_search
 
     path = tmp_path / "v5.db"
     store = SQLiteMemory(path, count_tokens)
@@ -1414,8 +1415,9 @@ async def test_sqlite_schema_5_file_is_not_indexed_again(
         raw.execute("PRAGMA user_version = 5")
         raw.commit()
     computed: list[str] = []
-    own = sqlite_module.own_terms
-    monkeypatch.setattr(sqlite_module, "own_terms", lambda m: computed.append(m.content) or own(m))
+    own = sqlite_search.own_terms
+    for module in (sqlite_schema, sqlite_search):
+        monkeypatch.setattr(module, "own_terms", lambda m: computed.append(m.content) or own(m))
     store = SQLiteMemory(path, count_tokens)
     try:
         assert [h.message.seq for h in await store.search("s", "kyoto")][:1] == [1]
@@ -2362,7 +2364,9 @@ async def test_redis_urls(monkeypatch: pytest.MonkeyPatch) -> None:
 
     # Without redis-py the error says what to install.
     monkeypatch.setitem(sys.modules, "redis", None)
-    monkeypatch.delitem(sys.modules, "host_stub.memory.redis", raising=False)
+    backend = "host_stub.memory.redis"
+    for name in [m for m in sys.modules if m == backend or m.startswith(backend + ".")]:
+        monkeypatch.delitem(sys.modules, name)
     with pytest.raises(ModuleNotFoundError, match=r"pip install 'plugin-memory-summary\[redis\]'"):
         open_memory("redis://127.0.0.1:6379/0", count_tokens)
 

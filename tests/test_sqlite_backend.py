@@ -1,4 +1,4 @@
-"""The SQLite backend's own design (``host_stub/memory/sqlite.py``), beyond the shared contract in
+"""The SQLite backend's own design (``host_stub/memory/sqlite/``), beyond the shared contract in
 ``test_memory_contract.py``: one thread hop per call, every statement of a call in one
 transaction in the worker thread, cancellation that leaves a transaction whole or absent, closing
 while calls are in flight, and the trace callback the crash tests rely on.
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-import host_stub.memory.sqlite as sqlite_backend
+import host_stub.memory.sqlite.store as sqlite_backend
 from host_stub.memory.sqlite import CHECKPOINT_INTERVAL_S, SQLiteMemory
 from host_stub.messages import Message
 

@@ -311,6 +311,7 @@ async def test_a_sqlite_snapshot_decodes_only_the_rows_it_has_not_seen(
     decoded are reused, as private copies, unless a column changed (another process may
     rewrite a row); another store on the file decodes what it has not seen."""
     from host_stub.memory import common
+    from host_stub.memory.sqlite import store as sqlite_store_module
 
     decoded: list[int] = []
     real = common.message_from_row
@@ -320,7 +321,7 @@ async def test_a_sqlite_snapshot_decodes_only_the_rows_it_has_not_seen(
         return real(**row)
 
     monkeypatch.setattr(common, "message_from_row", counting)
-    monkeypatch.setattr(sqlite_store, "message_from_row", counting)
+    monkeypatch.setattr(sqlite_store_module, "message_from_row", counting)
     path = tmp_path / "m.db"
     memory = SQLiteMemory(str(path), lambda m: 1)
     other = SQLiteMemory(str(path), lambda m: 1)
@@ -512,7 +513,9 @@ async def test_an_append_computes_no_search_terms(backend: str, tmp_path: Path) 
     computes no index terms; the next search (or archive) indexes what was stored since, each
     message's terms computed once, and finds the newest message."""
     import host_stub.memory.search_plan as search
-    from host_stub.memory import inmemory, sqlite
+    from host_stub.memory import inmemory
+    from host_stub.memory.sqlite import schema as sqlite_schema
+    from host_stub.memory.sqlite import search as sqlite_search
 
     memory: Any = (
         InMemoryMemory(token_counter=lambda m: 1)
@@ -528,7 +531,7 @@ async def test_an_append_computes_no_search_terms(backend: str, tmp_path: Path) 
 
     try:
         with pytest.MonkeyPatch.context() as patch:
-            for module in (inmemory, sqlite, search):
+            for module in (inmemory, sqlite_schema, sqlite_search, search):
                 patch.setattr(module, "own_terms", counting_own)
             await memory.append("s", [Message(role="user", content="booking reference alpha")])
             await memory.append("s", [Message(role="user", content="hotel confirmation beta")])

@@ -301,22 +301,34 @@ class MemorySummaryPlugin:
         cooling = time.monotonic() < state.cooldown_until and state.blocked_seq == state.last_seq
         if session_id in self.scheduler.running or cooling:
             return
-        await self.host.bus.send(
-            signals.SESSION_COMPRESS,
-            request_id=self.scheduler.request_id(session_id),
-            session_id=session_id,
-            reason="auto",
+        # The plugin's own request goes to its scheduler, not through a signal to itself; it
+        # reports on ``session:compressing`` as every request does (``start``, reason ``auto``).
+        self._request_in_background(session_id, "auto", usage_ratio=event.usage_ratio)
+
+    async def _on_session_compress(self, sender: Any, event: signals.SessionCompress) -> None:
+        """Another party (the host, a CLI, another plugin) asks for a compression."""
+        self._request_in_background(
+            event.session_id,
+            event.reason,
+            request_id=event.request_id,
             usage_ratio=event.usage_ratio,
         )
 
-    async def _on_session_compress(self, sender: Any, event: signals.SessionCompress) -> None:
+    def _request_in_background(
+        self,
+        session_id: str,
+        reason: str,
+        *,
+        request_id: str | None = None,
+        usage_ratio: float | None = None,
+    ) -> None:
         self.scheduler.spawn(
             self.scheduler.request(
-                event.session_id,
-                event.reason,
-                request_id=event.request_id,
-                usage_ratio=event.usage_ratio,
-                deadline_s=self.config.hard_deadline_s if event.reason == "hard" else None,
+                session_id,
+                reason,
+                request_id=request_id,
+                usage_ratio=usage_ratio,
+                deadline_s=self.config.hard_deadline_s if reason == "hard" else None,
             )
         )
 

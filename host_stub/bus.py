@@ -37,7 +37,8 @@ class EventBus:
     ``typed=True``, ``receiver(sender, payload)`` with the signal's payload model (one model per
     send, shared by its typed receivers: to read, not to change); async ones are awaited one
     after another, sync ones wrapped. A receiver that raises is logged and the others
-    still run. Unknown names are refused at connect and at send."""
+    still run. What a receiver returns is dropped: signals are for observers, and whatever
+    answers the host is a hook. Unknown names are refused at connect and at send."""
 
     def __init__(self, sender: Any = None) -> None:
         self._namespace = Namespace()
@@ -55,17 +56,17 @@ class EventBus:
         signal = self._signal(name)
         model = PAYLOADS[name]
 
-        async def isolated(sender: Any, **payload: Any) -> Any:
+        async def isolated(sender: Any, **payload: Any) -> None:
             try:
                 if typed:  # the model send validated (or the sender built): not built again
                     event = _sending.get()
                     if type(event) is not model:
                         event = model.model_construct(**payload)
-                    return await await_me_maybe(receiver(sender, event))
-                return await await_me_maybe(receiver(sender, **payload))
+                    await await_me_maybe(receiver(sender, event))
+                else:
+                    await await_me_maybe(receiver(sender, **payload))
             except Exception:
                 log.exception("receiver %r of %s failed", receiver, name)
-                return None
 
         self._wrappers[(name, receiver)] = isolated
         # weak=False: a bound method of a plugin must not vanish while the host runs.
@@ -79,21 +80,21 @@ class EventBus:
     def receivers(self, name: str) -> int:
         return len(self._signal(name).receivers)
 
-    async def send(self, name: str, built: BaseModel | None = None, /, **payload: Any) -> list[Any]:
-        """Validate ``payload`` against the signal's model, then await every receiver. A sender
-        that built the payload model itself passes it instead (``built``: not validated again;
-        receivers get its field values, to read, not to change)."""
+    async def send(self, name: str, built: BaseModel | None = None, /, **payload: Any) -> None:
+        """Validate ``payload`` against the signal's model, then await every receiver; what they
+        return is dropped. A sender that built the payload model itself passes it instead
+        (``built``: not validated again; receivers get its field values, to read, not to
+        change)."""
         signal = self._signal(name)
         model = built
         if model is None:
             model = PAYLOADS[name].model_validate(payload)
         elif payload or type(model) is not PAYLOADS[name]:
             raise TypeError(f"{name}: pass one {PAYLOADS[name].__name__} or its fields")
-        # Pass field values, not a dump: a shared ``results`` dict stays shared.
+        # Pass field values, not a dump: one model, read by every receiver.
         kwargs = {field: getattr(model, field) for field in type(model).model_fields}
         token = _sending.set(model)
         try:
-            results = await signal.send_async(self._sender, **kwargs)
+            await signal.send_async(self._sender, **kwargs)
         finally:
             _sending.reset(token)
-        return [value for _, value in results]

@@ -52,6 +52,7 @@ NONE = "—"
 AALIS_HOOKS: dict[str, str] = {
     "startup": "`meta.inject` (services injected at start)",
     "agent_prompt": "`agent:prompt` contribution point",
+    "memory_clear": "`memory:clear` (a signal there)",
 }
 
 #: Our signals that Aalis sends or listens to under the same name.
@@ -61,7 +62,6 @@ AALIS_SIGNALS: frozenset[str] = frozenset(
         signals.TOKEN_USAGE,
         signals.SESSION_COMPRESS,
         signals.SESSION_COMPRESSING,
-        signals.MEMORY_CLEAR,
     }
 )
 

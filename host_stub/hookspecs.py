@@ -1,9 +1,12 @@
-"""The whole plugin contract: eleven hooks, the prompt view, a contribution, an agent tool, a
+"""The whole plugin contract: twelve hooks, the prompt view, a contribution, an agent tool, a
 chat command and a docs section.
 
 Implement any subset, with any subset of a hook's arguments (pluggy passes only the ones you
 name: that is how a plugin asks for services). Plain ``def`` or ``async def`` both work; the host
 awaits what is awaitable. Mark implementations with :data:`hookimpl`.
+
+The rule between hooks and signals: anything whose answer the host uses is a hook; a signal
+(:mod:`host_stub.signals`) only tells observers, and the host ignores what its receivers return.
 """
 
 # Specs are bodies without code (a docstring): their return annotations document the contract.
@@ -195,6 +198,16 @@ def prune_history(view: PromptView) -> dict[int, str] | None:
 @hookspec
 def before_model_call(view: PromptView) -> None:
     """Awaited before each model call (a blocking compression happens here)."""
+
+
+@hookspec
+def memory_clear(
+    scope: Literal["session", "all"], session_id: str | None, types: list[str] | None
+) -> dict[str, Any] | None:
+    """:return: what this plugin cleared of its own memory types, ``{type: what it cleared}``
+    (``None``: nothing of its types); the host merges the answers into what ``Host.clear``
+    reports. Called after the host cleared the history; ``scope`` ``all`` (``session_id``
+    ``None``) means every session, ``types`` ``None`` every type. May be async."""
 
 
 @hookspec

@@ -875,7 +875,8 @@ class Host:
     # -- user actions ------------------------------------------------------------------------
     async def clear(self, session_id: str | None, types: list[str] | None = None) -> dict[str, Any]:
         """Clear memory (``session_id`` None = every session): the host clears the history, then
-        ``memory:clear`` lets plugins clear their own types; returns the merged results."""
+        each plugin's ``memory_clear`` hook clears its own types; returns the merged results. A
+        plugin whose hook raises is logged and the others still clear."""
         scope = "session" if session_id else "all"
         sessions = (
             [session_id]
@@ -887,9 +888,13 @@ class Host:
             for sid in sessions:
                 await self.memory.clear(sid, ["history"])
             results["history"] = {"sessions": len(sessions)}
-        for value in await self.bus.send(
-            signals.MEMORY_CLEAR, scope=scope, session_id=session_id, types=types
-        ):
+        kwargs = {"scope": scope, "session_id": session_id, "types": types}
+        for impl in self.pm.hook.memory_clear.get_hookimpls() if self.pm is not None else ():
+            try:
+                value = await await_me_maybe(impl.function(**{k: kwargs[k] for k in impl.argnames}))
+            except Exception:
+                log.exception("memory_clear of plugin %r failed", impl.plugin_name)
+                continue
             if isinstance(value, dict):
                 results.update(value)
         return results

@@ -39,7 +39,7 @@ class PluginManifest(BaseModel):
     requires: list[str] = Field(default_factory=list)
     optional: list[str] = Field(default_factory=list)
     signals: dict[str, list[str]] = Field(default_factory=dict)
-    #: Memory types the plugin keeps and clears on ``memory:clear`` (``clear --type``).
+    #: Memory types the plugin keeps and clears in its ``memory_clear`` hook (``clear --type``).
     memory_types: list[str] = Field(default_factory=list)
     config: dict[str, Any] = Field(default_factory=dict)
 

@@ -3,6 +3,9 @@
 Receivers are called as ``receiver(sender, **payload)`` where ``sender`` is the host; they should
 accept ``**extra`` so new payload keys break nobody. Each host has its own blinker ``Namespace``
 (see :class:`host_stub.bus.EventBus`).
+
+Signals are for observers: the host ignores what a receiver returns. Whatever answers the host
+(clearing a plugin's memory types, say) is a hook (:mod:`host_stub.hookspecs`).
 """
 
 from __future__ import annotations
@@ -15,14 +18,12 @@ from .messages import Message
 
 __all__ = [
     "AGENT_TURN_AFTER",
-    "MEMORY_CLEAR",
     "MEMORY_MESSAGES_DELETED",
     "PAYLOADS",
     "SESSION_COMPRESS",
     "SESSION_COMPRESSING",
     "TOKEN_USAGE",
     "AgentTurnAfter",
-    "MemoryClear",
     "MemoryMessagesDeleted",
     "SessionCompress",
     "SessionCompressing",
@@ -34,7 +35,6 @@ AGENT_TURN_AFTER = "agent:turn:after"
 TOKEN_USAGE = "token:usage"
 SESSION_COMPRESS = "session:compress"
 SESSION_COMPRESSING = "session:compressing"
-MEMORY_CLEAR = "memory:clear"
 MEMORY_MESSAGES_DELETED = "memory:messages-deleted"
 
 
@@ -110,16 +110,6 @@ class SessionCompressing(_Payload):
     stats: dict[str, Any] = Field(default_factory=dict)
 
 
-class MemoryClear(_Payload):
-    """A user clears memory. ``types`` ``None`` means every type. Each receiver returns a dict
-    ``{type: what it cleared}``; the host merges them into ``results`` and reports them."""
-
-    scope: Literal["session", "all"] = "session"
-    session_id: str | None = None
-    types: list[str] | None = None
-    results: dict[str, Any] = Field(default_factory=dict)
-
-
 class MemoryMessagesDeleted(_Payload):
     """Messages were deleted or edited (a rollback)."""
 
@@ -132,6 +122,5 @@ PAYLOADS: dict[str, type[BaseModel]] = {
     TOKEN_USAGE: TokenUsage,
     SESSION_COMPRESS: SessionCompress,
     SESSION_COMPRESSING: SessionCompressing,
-    MEMORY_CLEAR: MemoryClear,
     MEMORY_MESSAGES_DELETED: MemoryMessagesDeleted,
 }

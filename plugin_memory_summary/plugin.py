@@ -176,7 +176,6 @@ class MemorySummaryPlugin:
             (signals.AGENT_TURN_AFTER, self._on_turn_after),
             (signals.TOKEN_USAGE, self._on_token_usage),
             (signals.SESSION_COMPRESS, self._on_session_compress),
-            (signals.MEMORY_CLEAR, self._on_memory_clear),
             (signals.MEMORY_MESSAGES_DELETED, self._on_messages_deleted),
         )
         for name, receiver in receivers:
@@ -202,6 +201,25 @@ class MemorySummaryPlugin:
         state.context_window = view.context_window
         state.breakdown = dict(view.breakdown)
         await compress_before_call(view, state, self.pipeline, self.scheduler)
+
+    @hookimpl
+    async def memory_clear(
+        self, scope: str, session_id: str | None, types: list[str] | None
+    ) -> dict[str, Any] | None:
+        """Clear the summaries (type ``summary``) of one session or all, cancelling their runs."""
+        if types is not None and "summary" not in types:
+            return None
+        if scope == "all" or session_id is None:
+            sessions = [s.session_id for s in await self.memory.list_sessions()]
+        else:
+            sessions = [session_id]
+        cancelled = 0
+        for sid in sessions:
+            cancelled += await self.scheduler.cancel(sid)
+            await self.memory.clear(sid, [SUMMARY_NAMESPACE])
+            self.sessions.forget(sid)
+        self.tokens.forget_blocks()
+        return {"summary": {"sessions": len(sessions), "cancelled": cancelled}}
 
     @hookimpl
     async def shutdown(self) -> None:
@@ -283,41 +301,36 @@ class MemorySummaryPlugin:
         cooling = time.monotonic() < state.cooldown_until and state.blocked_seq == state.last_seq
         if session_id in self.scheduler.running or cooling:
             return
-        await self.host.bus.send(
-            signals.SESSION_COMPRESS,
-            request_id=self.scheduler.request_id(session_id),
-            session_id=session_id,
-            reason="auto",
+        # The plugin's own request goes to its scheduler, not through a signal to itself; it
+        # reports on ``session:compressing`` as every request does (``start``, reason ``auto``).
+        self._request_in_background(session_id, "auto", usage_ratio=event.usage_ratio)
+
+    async def _on_session_compress(self, sender: Any, event: signals.SessionCompress) -> None:
+        """Another party (the host, a CLI, another plugin) asks for a compression."""
+        self._request_in_background(
+            event.session_id,
+            event.reason,
+            request_id=event.request_id,
             usage_ratio=event.usage_ratio,
         )
 
-    async def _on_session_compress(self, sender: Any, event: signals.SessionCompress) -> None:
+    def _request_in_background(
+        self,
+        session_id: str,
+        reason: str,
+        *,
+        request_id: str | None = None,
+        usage_ratio: float | None = None,
+    ) -> None:
         self.scheduler.spawn(
             self.scheduler.request(
-                event.session_id,
-                event.reason,
-                request_id=event.request_id,
-                usage_ratio=event.usage_ratio,
-                deadline_s=self.config.hard_deadline_s if event.reason == "hard" else None,
+                session_id,
+                reason,
+                request_id=request_id,
+                usage_ratio=usage_ratio,
+                deadline_s=self.config.hard_deadline_s if reason == "hard" else None,
             )
         )
-
-    async def _on_memory_clear(
-        self, sender: Any, event: signals.MemoryClear
-    ) -> dict[str, Any] | None:
-        if event.types is not None and "summary" not in event.types:
-            return None
-        if event.scope == "all" or event.session_id is None:
-            sessions = [s.session_id for s in await self.memory.list_sessions()]
-        else:
-            sessions = [event.session_id]
-        cancelled = 0
-        for session_id in sessions:
-            cancelled += await self.scheduler.cancel(session_id)
-            await self.memory.clear(session_id, [SUMMARY_NAMESPACE])
-            self.sessions.forget(session_id)
-        self.tokens.forget_blocks()
-        return {"summary": {"sessions": len(sessions), "cancelled": cancelled}}
 
     async def _on_messages_deleted(self, sender: Any, event: signals.MemoryMessagesDeleted) -> None:
         session_id = event.session_id

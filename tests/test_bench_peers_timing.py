@@ -45,7 +45,7 @@ def prompt_dispatchers() -> set[str]:
         name
         for name, fn in inspect.getmembers(Host, inspect.iscoroutinefunction)
         if "pm.hook." in inspect.getsource(fn)
-        and name not in ("start", "stop")
+        and name not in ("start", "stop", "clear")  # clear: the memory_clear hook, no prompt
         and not name.startswith("_register")
     }
 

@@ -82,6 +82,7 @@ def test_every_hook_signal_and_config_key_is_documented() -> None:
         "agent_tools",
         "prune_history",
         "before_model_call",
+        "memory_clear",
         "shutdown",
     ]
     missing = [h for h in hooks if f"`{h}`" not in text]

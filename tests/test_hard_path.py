@@ -215,21 +215,21 @@ async def test_a_call_past_both_marks_runs_one_blocking_compression_only() -> No
     ) as h:
         # ~35% of the window in small turns, then one message that passes both marks at once.
         await fill_to(h, 0.35, pad=100, limit=200)
-        assert not h.requests and not h.finals()
+        assert not h.starts() and not h.finals()
         result = await h.host.run_turn(
             "s", "big " * 1000, recorded=[Message(role="assistant", content="ok")]
         )
         await h.plugin.wait_idle(timeout=30)
         first, rebuilt = result.usage
         assert first.usage_ratio >= 0.6 and rebuilt.rebuilt
-        assert not h.requests  # no background (soft) request next to the blocking one
+        assert not h.starts("auto")  # no background (soft) request next to the blocking one
         done = [s for s in h.finals() if s["status"] == "done"]
         assert [s["stats"]["trigger"] for s in done] == ["hard"]
         # It aimed under the soft mark, so the next call does not start another run.
         assert rebuilt.usage_ratio < 0.5
         await h.turns("s", 1, start=500)
         await h.plugin.wait_idle(timeout=30)
-        assert not h.requests and len(h.finals()) == 1
+        assert not h.starts("auto") and len(h.finals()) == 1
 
 
 async def test_a_blocking_request_that_joined_a_run_which_made_room_does_not_run_again() -> None:

@@ -193,10 +193,8 @@ async def test_bus_isolates_failing_receivers_and_refuses_unknown_names(
     bus.connect(signals.SESSION_COMPRESS, boom)
     bus.connect(signals.SESSION_COMPRESS, sync_receiver)
     with caplog.at_level(logging.ERROR):
-        results = await bus.send(
-            signals.SESSION_COMPRESS, request_id="r1", session_id="s", reason="manual"
-        )
-    assert got == ["s"] and "sync" in results
+        await bus.send(signals.SESSION_COMPRESS, request_id="r1", session_id="s", reason="manual")
+    assert got == ["s"]
     assert "receiver bug" in caplog.text
     with pytest.raises(UnknownSignalError):
         await bus.send("session:compres", request_id="r", session_id="s")
@@ -208,12 +206,83 @@ async def test_bus_isolates_failing_receivers_and_refuses_unknown_names(
     await bus.send(signals.SESSION_COMPRESS, built)  # a payload the sender built: as it is
     assert got[-1] == "u"
     with pytest.raises(TypeError):  # a model of another signal
-        await bus.send(signals.SESSION_COMPRESS, signals.MemoryClear(session_id="u"))
+        await bus.send(
+            signals.SESSION_COMPRESS, signals.MemoryMessagesDeleted(session_id="u", seqs=[1])
+        )
     with pytest.raises(TypeError):  # a model and fields
         await bus.send(signals.SESSION_COMPRESS, built, session_id="v")
     bus.disconnect(signals.SESSION_COMPRESS, sync_receiver)
     await bus.send(signals.SESSION_COMPRESS, request_id="r2", session_id="t")
     assert got == ["s", "u"]
+
+
+async def test_signal_receivers_return_values_are_dropped() -> None:
+    """Signals are for observers: ``send`` hands the sender nothing of what receivers return."""
+    bus = EventBus()
+    heard: list[str] = []
+
+    def sync_receiver(sender: Any, **payload: Any) -> dict[str, Any]:
+        heard.append("sync")
+        return {"summary": "an answer nobody may merge"}
+
+    async def async_receiver(sender: Any, payload: signals.SessionCompress) -> str:
+        heard.append("async")
+        return "ignored"
+
+    bus.connect(signals.SESSION_COMPRESS, sync_receiver)
+    bus.connect(signals.SESSION_COMPRESS, async_receiver, typed=True)
+    sent = await bus.send(signals.SESSION_COMPRESS, request_id="r", session_id="s")
+    assert sent is None and sorted(heard) == ["async", "sync"]
+
+
+class Clears:
+    """A third-party plugin with a memory type of its own, cleared through the hook."""
+
+    def __init__(self, answer: Any, *, fail: bool = False) -> None:
+        self.answer = answer
+        self.fail = fail
+        self.calls: list[tuple[str, str | None, list[str] | None]] = []
+
+    @hookimpl
+    async def memory_clear(
+        self, scope: str, session_id: str | None, types: list[str] | None
+    ) -> Any:
+        self.calls.append((scope, session_id, types))
+        if self.fail:
+            raise RuntimeError("clear bug")
+        return self.answer
+
+
+class ClearsSync:
+    """Names only the arguments it wants, and answers without awaiting."""
+
+    @hookimpl
+    def memory_clear(self, types: list[str] | None) -> dict[str, Any]:
+        return {"notes": {"types": types}}
+
+
+async def test_memory_clear_is_a_hook_whose_answers_host_clear_merges(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    assert "memory:clear" not in signals.PAYLOADS
+    kv, broken, silent = Clears({"kv": {"keys": 3}}), Clears(None, fail=True), Clears(None)
+    host = make_host(("kv", kv), ("broken", broken), ("silent", silent), ("sync", ClearsSync()))
+    async with host:
+        await host.run_turn("s1", "hi")
+        with pytest.raises(UnknownSignalError):  # a receiver of the old signal fails loudly
+            host.bus.connect("memory:clear", lambda sender, **payload: {"kv": "lost"})
+        with caplog.at_level(logging.ERROR):
+            results = await host.clear("s1", ["history", "kv", "notes"])
+        assert results == {
+            "history": {"sessions": 1},
+            "kv": {"keys": 3},
+            "notes": {"types": ["history", "kv", "notes"]},
+        }
+        assert "clear bug" in caplog.text  # a failing plugin is logged, the others still clear
+        assert await host.memory.get_history("s1") == []
+        assert kv.calls == silent.calls == [("session", "s1", ["history", "kv", "notes"])]
+        everything = await host.clear(None)
+        assert everything["kv"] == {"keys": 3} and kv.calls[-1] == ("all", None, None)
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ without it, and gets the plugin's commands, chat commands and docs through hooks
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import os
@@ -215,3 +216,53 @@ def test_chat_gets_the_plugins_commands_and_says_a_resumed_session_was_summarize
     listed = re.findall(r"^  (/\w+) ", out, re.MULTILINE)
     assert listed == ["/summary", "/compress", "/search", "/clear", "/help", "/quit"], out
     assert "RES-10" in out.split("/help lists the commands")[-1]  # the summary's text
+
+
+# -- one extension rule: a signal's receivers answer nothing ---------------------------------------
+PACKAGES = (HOST, ROOT / "plugin_memory_summary")
+
+
+def _signal_answers_used(source: str) -> list[int]:
+    """Lines where code uses what ``<...>bus.send(...)`` returns (receivers' answers): any
+    ``await ...bus.send(...)`` that is not a statement of its own."""
+    tree = ast.parse(source)
+    as_statement = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        owner = node.func.value
+        name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+        if node.func.attr != "send" or not name.endswith("bus"):
+            continue
+        parent_ok = any(
+            isinstance(a, ast.Await) and a.value is node and id(a) in as_statement
+            for a in ast.walk(tree)
+        )
+        if not parent_ok:
+            found.append(node.lineno)
+    return found
+
+
+def test_no_signal_receivers_return_value_is_used_by_host_or_plugin() -> None:
+    """Hooks for anything that answers, signals only for observers: nothing reads what a send
+    returns (``EventBus.send`` returns ``None``)."""
+    files = [p for package in PACKAGES for p in package.rglob("*.py")]
+    assert len(files) > 60
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in files
+        for line in _signal_answers_used(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, "signal receivers' answers used:\n" + "\n".join(found)
+
+
+def test_the_signal_answer_scan_would_find_a_use() -> None:
+    used = """
+    async def clear(self):
+        for value in await self.bus.send("memory:clear", scope="all"):
+            pass
+        results = await host.bus.send("x")
+        await self.bus.send("session:compressing", status="done")
+    """
+    assert _signal_answers_used(textwrap.dedent(used)) == [3, 5]

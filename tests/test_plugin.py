@@ -293,13 +293,45 @@ async def test_soft_watermark_compresses_in_background_after_the_call() -> None:
         # Each turn is ~2 x 105 tokens; usage passes 50% after ~10 turns.
         for i in range(20):
             result = (await h.turns("s", 1, start=i, pad=400))[0]
-            if h.requests:
+            await asyncio.sleep(0)  # the request the turn spawned reports its start
+            if h.starts():
                 break
         # The call that fired the soft mark still went out with the full context.
         assert result.usage[-1].usage_ratio >= 0.5 and not any(u.rebuilt for u in result.usage)
-        assert h.requests and h.requests[0]["reason"] == "auto"
+        assert [s["reason"] for s in h.starts()] == ["auto"]
         await drain(h)
         assert any(s["status"] == "done" for s in h.finals())
+
+
+async def test_the_soft_watermark_calls_the_scheduler_without_signalling_itself() -> None:
+    """The plugin's own auto request goes straight to its scheduler: no ``session:compress`` is
+    sent, and the request still shows on ``session:compressing`` (``start``, reason ``auto``,
+    the usage ratio that fired it; then one final status)."""
+    async with plugin_host(
+        {
+            "threshold": 100,
+            "keep_recent": 2,
+            "auto_compress_threshold": 0.5,
+            "hard_compress_threshold": 0.95,
+            "min_gain": 0.0,
+        },
+        host={"context_window": 4000, "system_prompt": "S"},
+    ) as h:
+        for i in range(20):
+            await h.turns("s", 1, start=i, pad=400)
+            await asyncio.sleep(0)
+            if h.starts():
+                break
+        await drain(h)
+        assert h.requests == []  # the plugin never sent session:compress to itself
+        (start,) = h.starts("auto")
+        assert start["stats"]["usage_ratio"] >= 0.5
+        assert [s["status"] for s in h.finals(start["request_id"])] == ["done"]
+        # Others still ask through the signal, and the plugin's receiver runs their request.
+        request_id = await h.host.request_compression("s")
+        await drain(h)
+        assert [r["request_id"] for r in h.requests] == [request_id]
+        assert len(h.finals(request_id)) == 1
 
 
 async def test_hard_watermark_compresses_before_the_call() -> None:
@@ -373,7 +405,7 @@ async def test_uncompressible_over_the_mark_warns_once_and_cools_down(
         assert llm.calls == []  # no compression loop: not one summarizer call
         # A blocked plan is re-checked once per new message at most, never per model call.
         assert all(s["reason"].startswith("blocked") for s in h.finals())
-        assert len(h.requests) <= 15
+        assert len(h.starts()) <= 15
 
 
 async def test_hard_compression_with_hanging_summarizer_finishes_by_rules_within_deadline() -> None:

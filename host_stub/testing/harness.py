@@ -20,7 +20,9 @@ class HostHarness:
     :class:`FakeLLM` unless given) and ``memory`` (an in-memory store counting with
     :func:`message_tokens` unless given), stopped on the way out. ``config`` is a
     :class:`HostConfig` or the dict of one. ``h.statuses`` holds every ``session:compressing``
-    payload and ``h.requests`` every ``session:compress`` payload sent while it runs."""
+    payload and ``h.requests`` every ``session:compress`` payload sent while it runs: the
+    requests others make (a plugin's own triggers call its scheduler without a signal; each
+    request shows in ``h.starts()`` either way)."""
 
     def __init__(
         self,
@@ -57,6 +59,15 @@ class HostHarness:
 
     def get_plugin(self, name: str) -> Any:
         return self.host.get_plugin(name)
+
+    def starts(self, reason: str | None = None) -> list[dict[str, Any]]:
+        """The ``start`` statuses: every compression request that began, or those of one
+        ``reason`` (``auto`` for the soft watermark's)."""
+        return [
+            s
+            for s in self.statuses
+            if s["status"] == "start" and (reason is None or s["reason"] == reason)
+        ]
 
     def finals(self, request_id: str | None = None) -> list[dict[str, Any]]:
         """The final statuses (``done``, ``error``, ``skipped``), of one request or all."""

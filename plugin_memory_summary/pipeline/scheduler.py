@@ -143,8 +143,8 @@ class Scheduler:
                 await asyncio.gather(*still, return_exceptions=True)
 
     async def cancel(self, session_id: str) -> bool:
-        """Cancel the session's run (``memory:clear``) and wait until it and its last writes
-        are over; whether there was a run to cancel."""
+        """Cancel the session's run (the ``memory_clear`` hook) and wait until it and its last
+        writes are over; whether there was a run to cancel."""
         task = self._running.get(session_id)
         cancelled = False
         if task is not None and not task.done():
@@ -241,7 +241,7 @@ class Scheduler:
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if task.cancelled() and not (current is not None and current.cancelling()):
-                return result("skipped", "cancelled by memory:clear")
+                return result("skipped", "cancelled by a memory clear")
             raise
 
     async def _run(

@@ -543,7 +543,7 @@ def _searches() -> list[Message]:
 
 
 def _demo() -> list[Message]:
-    from plugin_memory_summary.demo import generate_conversation
+    from plugin_memory_summary.extras.demo import generate_conversation
 
     return [Message.model_validate(m) for m in generate_conversation()]
 
